@@ -1,0 +1,105 @@
+"""Collectives and process control on real gloo ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from accel_launch.testing import run_on_ranks
+
+
+def exercise_collectives():
+    import torch
+
+    from accel_state import (
+        PartialState,
+        broadcast,
+        broadcast_object_list,
+        gather,
+        gather_object,
+        pad_across_processes,
+        reduce,
+    )
+
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    nested = {"a": torch.tensor([rank, rank]), "b": (torch.tensor([[rank * 10]]), [torch.tensor(rank)])}
+    gathered = gather(nested)
+    ragged = torch.full((rank + 1, 2), rank + 1)
+    padded = pad_across_processes(ragged, dim=0, pad_index=-1)
+    padded_first = pad_across_processes(ragged, dim=0, pad_index=-1, pad_first=True)
+    wide = pad_across_processes(torch.ones(2, rank + 1), dim=1)
+    with state.split_between_processes(list(range(7))) as share:
+        shares = gather_object([share])
+    objects = broadcast_object_list([f"from-{rank}", rank] if rank == 1 else [None, None], from_process=1)
+    return {
+        "rank": rank,
+        "world": world,
+        "distributed_type": str(state.distributed_type),
+        "gather_a": gathered["a"].tolist(),
+        "gather_b0": gathered["b"][0].tolist(),
+        "gather_b1": gathered["b"][1][0].tolist(),
+        "gather_object": gather_object([f"r{rank}"]),
+        "broadcast": broadcast(torch.tensor([rank, rank + 1]), from_process=world - 1).tolist(),
+        "objects": objects,
+        "sum": reduce(torch.tensor([1.0, float(rank)])).tolist(),
+        "mean": reduce(torch.tensor([float(rank)]), reduction="mean").tolist(),
+        "padded": padded.tolist(),
+        "padded_first": padded_first.tolist(),
+        "wide_shape": list(wide.shape),
+        "shares": shares,
+    }
+
+
+@pytest.mark.parametrize("num_processes", [2, 3])
+def test_collectives_on_real_ranks_launch(num_processes):
+    results = run_on_ranks(exercise_collectives, num_processes)
+    n = num_processes
+    for rank, got in enumerate(results):
+        assert got["rank"] == rank and got["world"] == n
+        assert got["distributed_type"] == "MULTI_CPU"
+        assert got["gather_a"] == [r for r in range(n) for _ in range(2)]
+        assert got["gather_b0"] == [[r * 10] for r in range(n)]
+        assert got["gather_b1"] == list(range(n))
+        assert got["gather_object"] == [f"r{r}" for r in range(n)]
+        assert got["broadcast"] == [n - 1, n]
+        assert got["objects"] == ["from-1", 1]
+        assert got["sum"] == [float(n), float(sum(range(n)))]
+        assert got["mean"] == [sum(range(n)) / n]
+        longest = n
+        assert got["padded"] == [[rank + 1] * 2] * (rank + 1) + [[-1, -1]] * (longest - rank - 1)
+        assert got["padded_first"] == [[-1, -1]] * (longest - rank - 1) + [[rank + 1] * 2] * (rank + 1)
+        assert got["wide_shape"] == [2, n]
+        flat = [item for share in got["shares"] for item in share]
+        assert flat == list(range(7))
+
+
+def process_control_order(log_dir):
+    import os
+    import time
+
+    from accel import Accelerator
+
+    accelerator = Accelerator()
+    log = os.path.join(log_dir, "order.log")
+    with accelerator.main_process_first():
+        if not accelerator.is_main_process:
+            time.sleep(0.2)
+        with open(log, "a") as handle:
+            handle.write(f"{accelerator.process_index}\n")
+    accelerator.wait_for_everyone()
+
+    @accelerator.on_main_process
+    def only_main():
+        return "main"
+
+    with open(log) as handle:
+        order = [int(line) for line in handle]
+    return {"order": order, "only_main": only_main(), "is_main": accelerator.is_main_process}
+
+
+def test_main_process_first_and_on_main_process_launch(tmp_path):
+    results = run_on_ranks(process_control_order, 3, str(tmp_path))
+    for rank, got in enumerate(results):
+        assert got["order"][0] == 0 and sorted(got["order"]) == [0, 1, 2]
+        assert got["only_main"] == ("main" if rank == 0 else None)
+        assert got["is_main"] == (rank == 0)

@@ -1,0 +1,113 @@
+"""The test matrix: one session per package (its own venv, only its declared dependencies),
+an integration session that launches real multi-process jobs, lint, and the example job.
+
+Every install goes through constraints.txt (torch==2.13.0, the CPU build) and installs our
+packages from their folders, never from an index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+import tomllib
+
+ROOT = Path(__file__).parent
+PACKAGES_DIR = ROOT / "packages"
+CONSTRAINTS = str(ROOT / "constraints.txt")
+PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel"]
+
+nox.options.sessions = ["lint", "tests", "integration"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+TEST_ENV = {
+    # Shape checks before every collective in tests (DESIGN.md: "always in tests").
+    "ACCEL_DEBUG_MODE": "1",
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def _requirement_name(requirement: str) -> str:
+    for stop in "<>=!~[;( ":
+        requirement = requirement.split(stop)[0]
+    return requirement.strip().lower()
+
+
+def sibling_closure(package: str) -> list[str]:
+    """Return `package` and every sibling it depends on, dependencies first."""
+    ordered: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in ordered:
+            return
+        meta = tomllib.loads((PACKAGES_DIR / name / "pyproject.toml").read_text())
+        for requirement in meta["project"].get("dependencies", []):
+            dependency = _requirement_name(requirement)
+            if (PACKAGES_DIR / dependency).is_dir():
+                visit(dependency)
+        ordered.append(name)
+
+    visit(package)
+    return ordered
+
+
+def install_packages(session: nox.Session, *packages: str, extra: str = "test") -> None:
+    """Install `packages` and their siblings from their folders in one resolver run."""
+    wanted: list[str] = []
+    for package in packages:
+        for name in sibling_closure(package):
+            if name not in wanted:
+                wanted.append(name)
+    targets = [
+        f"{PACKAGES_DIR / name}[{extra}]" if name in packages else str(PACKAGES_DIR / name) for name in wanted
+    ]
+    session.install("-c", CONSTRAINTS, *targets)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """A package's own unit tests, in a venv with only its declared dependencies."""
+    install_packages(session, package)
+    session.run("pip", "check")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(PACKAGES_DIR / package / "tests"), env=TEST_ENV)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Real multi-process jobs through `accel launch` (gloo on CPU)."""
+    install_packages(session, *PACKAGES, extra="test")
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(ROOT / "integration-tests"),
+        *session.posargs,
+        env=TEST_ENV,
+    )
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The main job: the example training script on 2 CPU processes."""
+    install_packages(session, "accel", extra="test")
+    session.run(
+        "accel", "launch", "--cpu", "--num_processes", "2", str(ROOT / "examples" / "train_regression.py")
+    )
+
+
+@nox.session
+def benchmark(session: nox.Session) -> None:
+    """Overhead of accel against a hand-written DDP loop, measured in the same run."""
+    install_packages(session, "accel", extra="test")
+    session.run("python", str(ROOT / "benchmarks" / "overhead.py"), *session.posargs)

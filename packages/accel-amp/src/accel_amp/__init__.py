@@ -1,0 +1,23 @@
+"""accel-amp: precision policies (fp32, bf16, fp16 with loss scaling) and wrapped optimizers/schedulers."""
+
+from accel_amp.__about__ import __version__
+from accel_amp.optimizer import AcceleratedOptimizer
+from accel_amp.precision import (
+    Bf16Policy,
+    Fp16Policy,
+    PrecisionPolicy,
+    convert_to_fp32,
+    precision_policy,
+)
+from accel_amp.scheduler import AcceleratedScheduler
+
+__all__ = [
+    "AcceleratedOptimizer",
+    "AcceleratedScheduler",
+    "Bf16Policy",
+    "Fp16Policy",
+    "PrecisionPolicy",
+    "__version__",
+    "convert_to_fp32",
+    "precision_policy",
+]

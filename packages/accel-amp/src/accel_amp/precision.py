@@ -1,0 +1,131 @@
+"""Precision policies: how a step computes (fp32, bf16 or fp16 autocast) and scales its loss.
+
+A policy is composed with the backend rather than branched on inside it: the facade asks the
+policy for an autocast context, a loss scale and a gradient scaler, whatever the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+from typing import Any
+
+import torch
+
+from accel_state import recursively_apply
+
+_ORIGINAL_FORWARD = "_accel_original_forward"
+# Marks a model whose forward came from its class (nothing to restore on the instance).
+_CLASS_FORWARD = "class"
+
+
+def convert_to_fp32(data: Any) -> Any:
+    """Return `data` with every fp16/bf16 tensor cast to fp32 (so losses are computed in full precision)."""
+
+    def upcast(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dtype in (torch.float16, torch.bfloat16):
+            return tensor.float()
+        return tensor
+
+    return recursively_apply(upcast, data)
+
+
+class _AutocastForward:
+    """The forward of a wrapped model: the original under autocast, outputs cast back to fp32."""
+
+    def __init__(self, function: Any, device_type: str, dtype: torch.dtype) -> None:
+        self.function = function
+        self.device_type = device_type
+        self.dtype = dtype
+        functools.update_wrapper(self, function)
+
+    def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+            outputs = self.function(module, *args, **kwargs)
+        return convert_to_fp32(outputs)
+
+
+class PrecisionPolicy:
+    """Full precision: no autocast, no scaling. The base of the mixed policies."""
+
+    mode = "no"
+    autocast_dtype: torch.dtype | None = None
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.scaler: torch.amp.GradScaler | None = None
+
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        """Return the context that runs ops in this policy's low precision."""
+        if self.autocast_dtype is None or not enabled:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, **autocast_kwargs)
+
+    def wrap_forward(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Make `model.forward` run under autocast and return fp32 outputs; idempotent."""
+        if self.autocast_dtype is None or _ORIGINAL_FORWARD in model.__dict__:
+            return model
+        original = model.forward
+        if isinstance(original, types.MethodType) and original.__self__ is model:
+            function = original.__func__
+        else:  # a plain callable set on the instance: call it as it is
+
+            def function(_module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+                return original(*args, **kwargs)
+
+        model.__dict__[_ORIGINAL_FORWARD] = model.__dict__.get("forward", _CLASS_FORWARD)
+        # A method bound to the model (not a closure over it), so copy.deepcopy rebinds it to the copy.
+        autocast_forward = _AutocastForward(function, self.device.type, self.autocast_dtype)
+        model.forward = types.MethodType(autocast_forward, model)
+        return model
+
+    @staticmethod
+    def unwrap_forward(model: torch.nn.Module) -> torch.nn.Module:
+        """Undo `wrap_forward`."""
+        previous = model.__dict__.pop(_ORIGINAL_FORWARD, None)
+        if previous is _CLASS_FORWARD:
+            model.__dict__.pop("forward", None)
+        elif previous is not None:
+            model.forward = previous
+        return model
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """Return the loss to call backward on."""
+        if self.scaler is None:
+            return loss
+        return self.scaler.scale(loss)
+
+
+class Bf16Policy(PrecisionPolicy):
+    """bf16 autocast; bf16 keeps fp32's range, so no loss scaling is needed."""
+
+    mode = "bf16"
+    autocast_dtype = torch.bfloat16
+
+
+class Fp16Policy(PrecisionPolicy):
+    """fp16 autocast with dynamic loss scaling, which keeps small gradients from flushing to zero."""
+
+    mode = "fp16"
+    autocast_dtype = torch.float16
+
+    def __init__(self, device: torch.device, **scaler_kwargs: Any) -> None:
+        super().__init__(device)
+        self.scaler = torch.amp.GradScaler(self.device.type, **scaler_kwargs)
+
+
+_POLICIES: dict[str, type[PrecisionPolicy]] = {
+    PrecisionPolicy.mode: PrecisionPolicy,
+    Bf16Policy.mode: Bf16Policy,
+    Fp16Policy.mode: Fp16Policy,
+}
+
+
+def precision_policy(mode: str, device: torch.device, **kwargs: Any) -> PrecisionPolicy:
+    """Return the policy object for mixed-precision `mode` ("no", "bf16" or "fp16")."""
+    try:
+        policy_class = _POLICIES[mode]
+    except KeyError:
+        raise ValueError(f"mixed_precision {mode!r} is not one of {sorted(_POLICIES)}") from None
+    return policy_class(device, **kwargs)

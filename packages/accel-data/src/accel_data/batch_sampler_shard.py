@@ -1,0 +1,145 @@
+"""Gives each process its share of the batches of an underlying batch sampler.
+
+Without `split_batches`, batches are dealt round-robin: in each round of N batches, rank r takes
+batch r. With `split_batches`, each batch is cut into N equal slices and rank r takes slice r.
+Either way, concatenating the ranks' batches of one step in rank order gives the global batch of
+the same step on one process, so training does not depend on the number of processes.
+
+With `even_batches` (the default) the last round is completed with samples from the start of the
+epoch, so every rank runs the same number of equally sized steps; the padding always comes after
+every real sample in that order, which is what lets `gather_for_metrics` cut it off exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+
+from torch.utils.data import BatchSampler, Sampler
+
+
+class ShardingError(ValueError):
+    """The loader cannot be sharded as asked."""
+
+
+class BatchSamplerShard(BatchSampler):
+    """Yields the batches of `batch_sampler` that belong to process `process_index`."""
+
+    def __init__(
+        self,
+        batch_sampler: Iterable[list[int]],
+        num_processes: int = 1,
+        process_index: int = 0,
+        split_batches: bool = False,
+        even_batches: bool = True,
+    ) -> None:
+        batch_size = getattr(batch_sampler, "batch_size", None)
+        if split_batches and batch_size is not None and batch_size % num_processes != 0:
+            raise ShardingError(
+                f"split_batches=True needs a batch size divisible by the {num_processes} processes, "
+                f"got batch_size={batch_size}"
+            )
+        if split_batches and batch_size is None:
+            raise ShardingError("split_batches=True needs a batch sampler with a batch_size attribute")
+        # BatchSampler's __init__ validates arguments we do not use; set the fields it would set.
+        self.batch_sampler = batch_sampler
+        self.sampler: Sampler | Iterable = getattr(batch_sampler, "sampler", batch_sampler)
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.split_batches = split_batches
+        self.even_batches = even_batches
+        self.batch_size = batch_size
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+
+    # The size of one step across all ranks, and of each rank's batch.
+    @property
+    def per_process_batch_size(self) -> int | None:
+        if self.batch_size is None:
+            return None
+        return self.batch_size // self.num_processes if self.split_batches else self.batch_size
+
+    @property
+    def global_batch_size(self) -> int | None:
+        size = self.per_process_batch_size
+        return None if size is None else size * self.num_processes
+
+    def __len__(self) -> int:
+        underlying = len(self.batch_sampler)  # type: ignore[arg-type]
+        if self.num_processes == 1:
+            return underlying
+        if self.split_batches:
+            if self.even_batches or self.drop_last:
+                return underlying
+            last_size = self._last_batch_size()
+            share = self.per_process_batch_size or 1
+            return underlying - 1 + (1 if last_size > self.process_index * share else 0)
+        if self.drop_last:
+            return underlying // self.num_processes
+        if self.even_batches:
+            return -(-underlying // self.num_processes)
+        rounds, left = divmod(underlying, self.num_processes)
+        return rounds + (1 if self.process_index < left else 0)
+
+    def _last_batch_size(self) -> int:
+        total = len(self.sampler)  # type: ignore[arg-type]
+        size = self.batch_size or 1
+        return total - (len(self.batch_sampler) - 1) * size  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.num_processes == 1:
+            return iter(self.batch_sampler)
+        if self.split_batches:
+            return self._iter_split()
+        return self._iter_round_robin()
+
+    def _padding_source(self, first_items: list[int]) -> Iterator[int]:
+        if not first_items:
+            raise ShardingError("cannot pad batches: the sampler yielded no samples")
+        return itertools.cycle(first_items)
+
+    def _iter_round_robin(self) -> Iterator[list[int]]:
+        n, rank, size = self.num_processes, self.process_index, self.batch_size
+        pad_needed = self.even_batches and not self.drop_last
+        first_items: list[int] = []
+        first_batches: list[list[int]] = []
+        pending: list[list[int]] = []
+        for batch in self.batch_sampler:
+            if pad_needed and len(first_batches) < n:
+                first_batches.append(list(batch))
+                first_items.extend(batch)
+            pending.append(batch)
+            if len(pending) == n and (size is None or len(batch) == size):
+                yield pending[rank]
+                pending = []
+        if not pending or self.drop_last:
+            return
+        if not self.even_batches:
+            if rank < len(pending):
+                yield pending[rank]
+            return
+        if size is None:
+            # Without a known batch size, whole batches from the start fill the round.
+            filler_batches = itertools.cycle(first_batches)
+            while len(pending) < n:
+                pending.append(next(filler_batches))
+        else:
+            filler = self._padding_source(first_items)
+            pending[-1] = list(pending[-1]) + [next(filler) for _ in range(size - len(pending[-1]))]
+            while len(pending) < n:
+                pending.append([next(filler) for _ in range(size)])
+        yield pending[rank]
+
+    def _iter_split(self) -> Iterator[list[int]]:
+        share = self.per_process_batch_size
+        assert share is not None and self.batch_size is not None
+        start, end = self.process_index * share, (self.process_index + 1) * share
+        first_items: list[int] = []
+        for batch in self.batch_sampler:
+            if not first_items:
+                first_items = list(batch)
+            if len(batch) < self.batch_size and self.even_batches:
+                filler = self._padding_source(first_items)
+                batch = list(batch) + [next(filler) for _ in range(self.batch_size - len(batch))]
+            piece = batch[start:end]
+            if piece:
+                yield piece

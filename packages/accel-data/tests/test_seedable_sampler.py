@@ -1,0 +1,65 @@
+"""`SeedableRandomSampler`: the order is a function of (seed, epoch) alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel_data import SeedableRandomSampler
+
+
+def test_same_seed_and_epoch_give_the_same_permutation():
+    first = list(SeedableRandomSampler(range(50), seed=3))
+    assert first == list(SeedableRandomSampler(range(50), seed=3))
+    assert sorted(first) == list(range(50))
+    assert first != list(range(50))
+
+
+def test_epoch_changes_the_order_and_is_repeatable():
+    sampler = SeedableRandomSampler(range(50), seed=3)
+    epoch0 = list(sampler)
+    sampler.set_epoch(1)
+    epoch1 = list(sampler)
+    assert sampler.epoch == 1
+    assert epoch1 != epoch0 and sorted(epoch1) == list(range(50))
+    assert list(sampler) == epoch1
+    sampler.set_epoch(0)
+    assert list(sampler) == epoch0
+
+
+def test_different_seeds_differ():
+    assert list(SeedableRandomSampler(range(50), seed=1)) != list(SeedableRandomSampler(range(50), seed=2))
+
+
+def test_iteration_does_not_touch_the_global_generator():
+    torch.manual_seed(0)
+    expected = torch.rand(1)
+    torch.manual_seed(0)
+    list(SeedableRandomSampler(range(10), seed=5))
+    assert torch.equal(torch.rand(1), expected)
+
+
+def test_replacement_draws_num_samples_indices_in_range():
+    sampler = SeedableRandomSampler(range(5), seed=0, replacement=True, num_samples=40)
+    drawn = list(sampler)
+    assert len(sampler) == len(drawn) == 40
+    assert set(drawn) <= set(range(5))
+    assert len(set(drawn)) < len(drawn)
+
+
+def test_num_samples_larger_than_data_repeats_whole_permutations():
+    sampler = SeedableRandomSampler(range(4), seed=0, num_samples=10)
+    drawn = list(sampler)
+    assert len(sampler) == len(drawn) == 10
+    assert sorted(drawn[:4]) == sorted(drawn[4:8]) == [0, 1, 2, 3]
+    assert set(drawn[8:]) <= {0, 1, 2, 3} and len(set(drawn[8:])) == 2
+
+
+def test_num_samples_smaller_than_data_is_a_prefix():
+    drawn = list(SeedableRandomSampler(range(10), seed=4, num_samples=3))
+    assert drawn == list(SeedableRandomSampler(range(10), seed=4))[:3]
+
+
+def test_non_positive_num_samples_is_an_error():
+    with pytest.raises(ValueError, match="num_samples"):
+        SeedableRandomSampler(range(3), num_samples=0)

@@ -1,0 +1,36 @@
+"""Fixtures shared by the tests that launch real jobs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+def _is_running(pid: int) -> bool:
+    """Return True when `pid` is a live process (a zombie waiting to be reaped counts as gone)."""
+    if Path("/proc").is_dir():
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return text[text.rfind(")") + 2] not in "ZX"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture
+def running_pids() -> Callable[[Path], list[int]]:
+    """Return a function listing which pids written as `pid_<rank>` files in a folder still run."""
+
+    def running(folder: Path) -> list[int]:
+        pids = [int(path.read_text()) for path in sorted(folder.glob("pid_*"))]
+        assert pids, f"no worker wrote its pid into {folder}"
+        return [pid for pid in pids if _is_running(pid)]
+
+    return running

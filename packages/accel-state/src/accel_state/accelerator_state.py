@@ -1,0 +1,78 @@
+"""`AcceleratorState`: the process facts of `PartialState` plus the run's training options."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from accel_state import env_vars
+from accel_state.partial_state import PartialState
+
+MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
+
+
+class MixedPrecisionError(ValueError):
+    """An unknown mixed-precision mode was asked for."""
+
+
+def resolve_mixed_precision(requested: str | None) -> str:
+    """Return the precision mode: the argument, else ACCEL_MIXED_PRECISION, else "no"."""
+    source = "mixed_precision argument"
+    if requested is None:
+        requested = env_vars.read_str(env_vars.MIXED_PRECISION)
+        source = f"environment variable {env_vars.MIXED_PRECISION}"
+    mode = (requested or "no").lower()
+    if mode not in MIXED_PRECISION_CHOICES:
+        raise MixedPrecisionError(
+            f"{source}: {requested!r} is not a mixed-precision mode; choose one of {MIXED_PRECISION_CHOICES}"
+        )
+    return mode
+
+
+class AcceleratorState:
+    """Shared singleton of the whole run: `PartialState`'s facts plus mixed precision."""
+
+    _shared_state: dict[str, Any] = {}
+
+    def __init__(
+        self,
+        mixed_precision: str | None = None,
+        cpu: bool = False,
+        timeout: datetime.timedelta | float | None = None,
+    ) -> None:
+        self.__dict__ = self._shared_state
+        if self.initialized:
+            if (
+                mixed_precision is not None
+                and resolve_mixed_precision(mixed_precision) != self.mixed_precision
+            ):
+                raise MixedPrecisionError(
+                    f"AcceleratorState already uses mixed_precision={self.mixed_precision!r}; "
+                    f"cannot switch to {mixed_precision!r} (build one Accelerator per process)"
+                )
+            return
+        # Validate before touching the shared dict, so a failed construction leaves nothing half-built.
+        mode = resolve_mixed_precision(mixed_precision)
+        partial = PartialState(cpu=cpu, timeout=timeout)
+        self.mixed_precision = mode
+        self._partial = partial
+
+    @property
+    def initialized(self) -> bool:
+        return "_partial" in self._shared_state
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Forget the shared state (tests only)."""
+        cls._shared_state.clear()
+        if reset_partial_state:
+            PartialState._reset_state()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not set on the shared dict: the process facts.
+        if name.startswith("__") or "_partial" not in self._shared_state:
+            raise AttributeError(name)
+        return getattr(self._shared_state["_partial"], name)
+
+    def __repr__(self) -> str:
+        return f"{self._partial!r}Mixed precision type: {self.mixed_precision}\n"

@@ -1,0 +1,80 @@
+"""Every environment variable through which the launcher and the library meet.
+
+The launcher writes these and the library reads them; keeping them in one module keeps that
+coupling visible. This module imports nothing heavy, so the CLI can use it without torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Options the launcher passes to the training script.
+USE_CPU = "ACCEL_USE_CPU"
+MIXED_PRECISION = "ACCEL_MIXED_PRECISION"
+GRADIENT_ACCUMULATION_STEPS = "ACCEL_GRADIENT_ACCUMULATION_STEPS"
+DEBUG_MODE = "ACCEL_DEBUG_MODE"
+TIMEOUT = "ACCEL_TIMEOUT"
+# Set by `accel launch` so that a script can tell it was started by us.
+LAUNCHED = "ACCEL_LAUNCHED"
+
+# Where the config file is looked for.
+CONFIG_FILE = "ACCEL_CONFIG_FILE"
+HOME = "ACCEL_HOME"
+
+# torchrun's standard variables, read by the state and written by the launcher.
+RANK = "RANK"
+WORLD_SIZE = "WORLD_SIZE"
+LOCAL_RANK = "LOCAL_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+
+_TRUE_WORDS = {"1", "true", "yes", "on"}
+_FALSE_WORDS = {"0", "false", "no", "off", ""}
+
+
+class EnvVarError(ValueError):
+    """An environment variable holds a value the library cannot use."""
+
+
+def read_flag(name: str, default: bool = False) -> bool:
+    """Return the boolean value of env var `name`; a value that is not a boolean word is an error."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise EnvVarError(f"environment variable {name}={raw!r} is not a boolean (use 1/0, true/false)")
+
+
+def read_int(name: str, default: int | None = None) -> int | None:
+    """Return the integer value of env var `name`, or `default` when it is unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise EnvVarError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def read_float(name: str, default: float | None = None) -> float | None:
+    """Return the float value of env var `name`, or `default` when it is unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise EnvVarError(f"environment variable {name}={raw!r} is not a number") from None
+
+
+def read_str(name: str, default: str | None = None) -> str | None:
+    """Return the value of env var `name`, or `default` when unset or empty."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw.strip()

@@ -1,0 +1,59 @@
+"""`GradientState`: what the training loop's step knows about the data it is consuming.
+
+The data layer writes it (which loader is active, is this its last batch, how many real items the
+last global batch holds) and the precision/accumulation layer and `gather_for_metrics` read it;
+keeping it here lets those layers cooperate without importing each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GradientState:
+    """Shared flags of the current step: sync or accumulate, end of data, last-batch remainder."""
+
+    _shared_state: dict[str, Any] = {}
+
+    def __init__(self, gradient_accumulation_steps: int | None = None) -> None:
+        self.__dict__ = self._shared_state
+        if not self._shared_state:
+            self.sync_gradients = True
+            self.num_steps = 1
+            self.active_dataloaders: list[Any] = []
+        if gradient_accumulation_steps is not None:
+            self.num_steps = gradient_accumulation_steps
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        cls._shared_state.clear()
+
+    @property
+    def active_dataloader(self) -> Any:
+        """The innermost loader being iterated, or None."""
+        return self.active_dataloaders[-1] if self.active_dataloaders else None
+
+    @property
+    def in_dataloader(self) -> bool:
+        return bool(self.active_dataloaders)
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        loader = self.active_dataloader
+        return bool(loader is not None and getattr(loader, "end_of_dataloader", False))
+
+    @property
+    def remainder(self) -> int:
+        """Real items in the active loader's last global batch; -1 when unknown."""
+        loader = self.active_dataloader
+        return -1 if loader is None else getattr(loader, "remainder", -1)
+
+    def _add_dataloader(self, loader: Any) -> None:
+        self.active_dataloaders.append(loader)
+
+    def _remove_dataloader(self, loader: Any) -> None:
+        if loader in self.active_dataloaders:
+            self.active_dataloaders.remove(loader)
+
+    def _set_sync_gradients(self, sync: bool) -> None:
+        self.sync_gradients = sync

@@ -1,0 +1,43 @@
+"""Seeds and snapshots every random number generator a training loop draws from."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def set_seed(seed: int, device_specific: bool = False) -> None:
+    """Seed python, numpy and torch (all devices); with `device_specific`, add the rank to the seed."""
+    if device_specific:
+        from accel_state.partial_state import PartialState
+
+        seed += PartialState().process_index
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def get_rng_states() -> dict[str, Any]:
+    """Return the states of python's, numpy's, torch's and (when present) CUDA's generators."""
+    states: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore generator states taken by `get_rng_states`."""
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -1,0 +1,371 @@
+"""`Accelerator`: the facade a training script talks to.
+
+It holds the shared state, one backend (chosen once, behind the `Backend` seam of accel_state)
+and one precision policy (accel_amp), and delegates to them; it branches on neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from accel.dataloader_config import DataLoaderConfiguration
+from accel.metrics import truncate_to_remainder
+from accel.prepared_objects import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
+from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
+from accel_data import DataLoaderShard, prepare_data_loader
+from accel_state import (
+    AcceleratorState,
+    GradientState,
+    Preparation,
+    create_backend,
+    env_vars,
+)
+from accel_state import collectives as _collectives
+
+
+def _resolve_accumulation_steps(requested: int | None) -> int:
+    steps = requested if requested is not None else env_vars.read_int(env_vars.GRADIENT_ACCUMULATION_STEPS, 1)
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {steps!r}")
+    return steps
+
+
+class Accelerator:
+    """Runs a plain PyTorch training loop on whatever the launcher set up."""
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool | None = None,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool = False,
+        rng_types: list[str] | None = None,
+        even_batches: bool | None = None,
+        step_scheduler_with_optimizer: bool = True,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        timeout: datetime.timedelta | float | None = None,
+        ddp_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, timeout=timeout)
+        self.device_placement = device_placement
+        config = dataclasses.replace(dataloader_config or DataLoaderConfiguration())
+        if split_batches is not None:
+            config.split_batches = split_batches
+        if even_batches is not None:
+            config.even_batches = even_batches
+        self.dataloader_config = config
+        self.rng_types = rng_types
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.gradient_state = GradientState(_resolve_accumulation_steps(gradient_accumulation_steps))
+        self.backend = create_backend(self.state.distributed_type, self.state._partial)
+        if ddp_kwargs and hasattr(self.backend, "ddp_kwargs"):
+            self.backend.ddp_kwargs.update(ddp_kwargs)
+        self.precision = precision_policy(self.state.mixed_precision, self.device)
+        self.step = 0
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[DataLoaderShard] = []
+
+    # Facts about this process --------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self) -> Any:
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.use_distributed
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.state.mixed_precision
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        return self.precision.scaler
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when the last optimizer step was skipped (fp16 overflow)."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # Process control (delegated to the shared state) ---------------------------------------
+    def wait_for_everyone(self) -> None:
+        self.state.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager:
+        return self.state.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager:
+        return self.state.local_main_process_first()
+
+    def on_main_process(self, function: Callable) -> Callable:
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable) -> Callable:
+        return self.state.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable) -> Callable:
+        return self.state.on_last_process(function)
+
+    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Any:
+        return self.state.on_process(function, process_index=process_index)
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Any:
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        self.state.print(*args, **kwargs)
+
+    # Preparing the training objects --------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Return the objects ready for this set-up, in the order given (one object: not a tuple)."""
+        if device_placement is None:
+            device_placement = [self.device_placement] * len(args)
+        if len(device_placement) != len(args):
+            raise ValueError(
+                f"prepare: device_placement has {len(device_placement)} entries for {len(args)} objects"
+            )
+        kinds = [kind_of(obj) for obj in args]
+        result = list(args)
+        for i, obj in enumerate(args):
+            if kinds[i] == DATA_LOADER:
+                result[i] = self.prepare_data_loader(obj, device_placement=device_placement[i])
+        model_slots = [i for i, k in enumerate(kinds) if k == MODEL]
+        for i in model_slots:
+            self.precision.wrap_forward(args[i])
+        prepared = self.backend.prepare(
+            Preparation(models=[args[i] for i in model_slots]),
+            device_placement=any(device_placement[i] for i in model_slots),
+        )
+        for i, model in zip(model_slots, prepared.models, strict=True):
+            result[i] = model
+            self._models.append(model)
+        optimizers: dict[int, AcceleratedOptimizer] = {}
+        for i, obj in enumerate(args):
+            if kinds[i] == OPTIMIZER:
+                optimizers[i] = result[i] = self.prepare_optimizer(obj, device_placement=device_placement[i])
+        for i, obj in enumerate(args):
+            if kinds[i] == SCHEDULER:
+                result[i] = self.prepare_scheduler(obj, optimizers)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
+        """Return `model` wrapped for this set-up (autocast forward, device, DDP)."""
+        return self.prepare(
+            model, device_placement=[self.device_placement if device_placement is None else device_placement]
+        )
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
+        """Return `optimizer` wrapped so that it steps through the scaler and only on sync steps."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        placement = self.device_placement if device_placement is None else device_placement
+        wrapped = AcceleratedOptimizer(optimizer, placement, scaler=self.precision.scaler, device=self.device)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_scheduler(
+        self, scheduler: Any, optimizers: dict[int, AcceleratedOptimizer] | None = None
+    ) -> AcceleratedScheduler:
+        """Return `scheduler` wrapped so that it follows the optimizer's real steps."""
+        pool = optimizers or dict(enumerate(self._optimizers))
+        wrapped = AcceleratedScheduler(
+            scheduler,
+            optimizers_of(scheduler, pool),
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
+        )
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> DataLoaderShard:
+        """Return `data_loader` sharded for this process, its batches placed on the device."""
+        config = self.dataloader_config
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = prepare_data_loader(
+            data_loader,
+            device=self.device,
+            split_batches=config.split_batches,
+            put_on_device=placement,
+            rng_types=self.rng_types,
+            even_batches=config.even_batches,
+            data_seed=config.data_seed,
+            non_blocking=config.non_blocking,
+            use_seedable_sampler=config.use_seedable_sampler,
+        )
+        self._dataloaders.append(prepared)
+        return prepared
+
+    # The training step ----------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        self.backend.backward(self.precision.scale_loss(loss), **kwargs)
+
+    def _sync_this_step(self) -> bool:
+        if self.gradient_state.end_of_dataloader:
+            # The last batch always steps, and the next pass starts a fresh accumulation window.
+            self.step = 0
+            return True
+        self.step += 1
+        return self.step % self.gradient_accumulation_steps == 0
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """Accumulate gradients locally on non-sync steps; all-reduce and step on sync steps."""
+        self.gradient_state._set_sync_gradients(self._sync_this_step())
+        with contextlib.ExitStack() as stack:
+            if not self.sync_gradients:
+                for model in models:
+                    stack.enter_context(self.backend.no_sync(model))
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip the gradient all-reduce inside the block."""
+        with self.backend.no_sync(model):
+            yield
+
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        """Return a context running code outside the model in the run's mixed precision."""
+        return self.precision.autocast(enabled, **autocast_kwargs)
+
+    def unscale_gradients(self, optimizer: AcceleratedOptimizer | None = None) -> None:
+        """Divide gradients by the fp16 loss scale (once per step); a no-op otherwise."""
+        for opt in [optimizer] if optimizer is not None else self._optimizers:
+            opt.unscale_gradients()
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+    ) -> torch.Tensor:
+        """Clip gradients (after unscaling) to `max_norm`; return their total norm before clipping."""
+        self.unscale_gradients()
+        return self.backend.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+        """Clamp gradients (after unscaling) to [-clip_value, clip_value]."""
+        self.unscale_gradients()
+        self.backend.clip_grad_value_(parameters, clip_value)
+
+    # Collectives ----------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Return every rank's tensors concatenated along dim 0."""
+        return _collectives.gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
+        tensors_only = all(isinstance(t, torch.Tensor) for t in _leaves(input_data))
+        if use_gather_object or not tensors_only:
+            data = _collectives.gather_object(input_data)
+        else:
+            data = _collectives.gather(input_data)
+        if self.gradient_state.end_of_dataloader:
+            return truncate_to_remainder(data, self.gradient_state.remainder)
+        return data
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        return _collectives.reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        return _collectives.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    # Models and saving ----------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> torch.nn.Module:
+        """Return the user's module from inside DDP/compile (and the autocast forward, if asked)."""
+        model = self.backend.unwrap_model(model)
+        if not keep_fp32_wrapper:
+            self.precision.unwrap_forward(model)
+        return model
+
+    def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return self.backend.get_state_dict(model)
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """Save `obj` to `f` from the main process only (safetensors for a flat tensor dict if asked)."""
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file(obj, f, metadata={"format": "pt"})
+        else:
+            torch.save(obj, f)
+
+    def free_memory(self) -> None:
+        """Forget the prepared objects so they can be garbage collected."""
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        self.step = 0
+
+    clear = free_memory
+
+    def end_training(self) -> None:
+        """Wait for every process so that none exits while others still communicate."""
+        self.wait_for_everyone()
+
+
+def _leaves(data: Any) -> list[Any]:
+    if isinstance(data, (list, tuple)):
+        return [leaf for item in data for leaf in _leaves(item)]
+    if isinstance(data, dict):
+        return [leaf for item in data.values() for leaf in _leaves(item)]
+    return [data]

@@ -1,0 +1,16 @@
+"""`DataLoaderConfiguration`: how `prepare` shards data loaders (Accelerate's names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DataLoaderConfiguration:
+    """Options for the loaders an Accelerator prepares."""
+
+    split_batches: bool = False
+    even_batches: bool = True
+    use_seedable_sampler: bool = True
+    non_blocking: bool = False
+    data_seed: int | None = None
