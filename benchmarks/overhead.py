@@ -48,7 +48,7 @@ def run_once(mode: str, processes: int, steps: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
     raw, accel = [], []
