@@ -25,15 +25,22 @@ CRASHING = textwrap.dedent(
     """
 )
 
+# A short DDP training run with no final barrier: the shape of job that used to end in SIGABRT.
 FINISHING = textwrap.dedent(
     """
     import torch
     from accel import Accelerator
 
     accelerator = Accelerator()
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for _ in range(5):
+        optimizer.zero_grad()
+        accelerator.backward(model(torch.randn(8, 4, device=accelerator.device)).pow(2).mean())
+        optimizer.step()
     total = accelerator.reduce(torch.ones(3))
     assert total.tolist() == [accelerator.num_processes] * 3
-    accelerator.wait_for_everyone()
     """
 )
 
