@@ -58,9 +58,11 @@ def _report_failures(failures: Mapping[int, tuple[int, int]]) -> int:
     same second are all named: a crashed rank makes its peers fail in the same instant, and the
     agent's timestamps cannot tell which came first.
     """
-    first_time = min(timestamp for _, timestamp in failures.values())
-    first = sorted(rank for rank, (_, timestamp) in failures.items() if timestamp == first_time)
-    later = len(failures) - len(first)
+    # Ranks ended by SIGTERM were stopped by the agent because another rank failed: not culprits.
+    culprits = {rank: f for rank, f in failures.items() if f[0] != -signal.SIGTERM} or dict(failures)
+    first_time = min(timestamp for _, timestamp in culprits.values())
+    first = sorted(rank for rank, (_, timestamp) in culprits.items() if timestamp == first_time)
+    later = len(culprits) - len(first)
     if len(first) == 1:
         rank = first[0]
         code = failures[rank][0]
