@@ -7,14 +7,26 @@ import pytest
 from accel_launch.testing import run_on_ranks
 
 CASES = [
-    # dataset size, batch size, split_batches, shuffle
-    (64, 8, False, False),
-    (37, 4, False, True),
-    (5, 4, False, False),
-    (48, 12, True, True),
-    (50, 6, True, False),
-    (1, 3, False, False),
+    # dataset size, batch size, split_batches, shuffle, even_batches, drop_last
+    (64, 8, False, False, True, False),
+    (37, 4, False, True, True, False),
+    (5, 4, False, False, True, False),
+    (48, 12, True, True, True, False),
+    (50, 6, True, False, True, False),
+    (1, 3, False, False, True, False),
+    # Uneven last batches (same number of batches on every rank, for 2 and 3 ranks alike).
+    (16, 3, False, True, False, False),
+    (11, 6, True, False, False, False),
+    (37, 4, False, True, True, True),
 ]
+
+
+def expected_items(size, batch_size, split_batches, drop_last, num_processes):
+    """The sample indices one epoch yields in total (drop_last drops incomplete rounds)."""
+    if not drop_last:
+        return size
+    global_batch = batch_size if split_batches else batch_size * num_processes
+    return size // global_batch * global_batch
 
 
 def gather_every_case(cases):
@@ -24,20 +36,20 @@ def gather_every_case(cases):
     from accel import Accelerator
 
     outcomes = []
-    for size, batch_size, split_batches, shuffle in cases:
-        accelerator = Accelerator(split_batches=split_batches)
-        loader = accelerator.prepare(DataLoader(torch.arange(size), batch_size=batch_size, shuffle=shuffle))
+    for size, batch_size, split_batches, shuffle, even_batches, drop_last in cases:
+        accelerator = Accelerator(split_batches=split_batches, even_batches=even_batches)
+        raw = DataLoader(torch.arange(size), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
+        loader = accelerator.prepare(raw)
         for epoch in range(2):
-            seen, local_batches = [], 0
+            seen, objects, local_batches = [], [], 0
             for batch in loader:
                 local_batches += 1
                 seen.extend(accelerator.gather_for_metrics(batch).tolist())
-            counts = accelerator.gather(torch.tensor([local_batches])).tolist()
-            objects = []
-            for batch in loader:
                 objects.extend(accelerator.gather_for_metrics([f"item-{i}" for i in batch.tolist()]))
+            counts = accelerator.gather(torch.tensor([local_batches])).tolist()
             outcomes.append(
-                {"case": (size, batch_size, split_batches, shuffle, epoch), "seen": seen, "counts": counts,
+                {"case": (size, batch_size, split_batches, shuffle, even_batches, drop_last, epoch),
+                 "seen": seen, "counts": counts,
                  "len": len(loader), "objects": objects}
             )  # fmt: skip
     return outcomes
@@ -48,13 +60,16 @@ def test_each_item_exactly_once_launch(num_processes):
     per_rank = run_on_ranks(gather_every_case, num_processes, CASES)
     for outcomes in zip(*per_rank, strict=True):
         first = outcomes[0]
-        size = first["case"][0]
+        size, batch_size, split_batches, _, _, drop_last, _ = first["case"]
+        total = expected_items(size, batch_size, split_batches, drop_last, num_processes)
         for outcome in outcomes:
-            assert sorted(outcome["seen"]) == list(range(size)), outcome["case"]
-            assert sorted(outcome["objects"]) == sorted(f"item-{i}" for i in range(size)), outcome["case"]
-            # even_batches: every rank ran the same number of batches, and len() said so.
+            seen = outcome["seen"]
+            assert len(seen) == total and len(set(seen)) == total, outcome["case"]
+            assert set(seen) <= set(range(size)), outcome["case"]
+            assert sorted(outcome["objects"]) == sorted(f"item-{i}" for i in seen), outcome["case"]
+            # Every rank ran the same number of batches, and len() said so.
             assert outcome["counts"] == [outcome["len"]] * num_processes, outcome["case"]
-            assert outcome["seen"] == first["seen"]
+            assert seen == first["seen"]
 
 
 def shuffled_order(size, batch_size, epochs):

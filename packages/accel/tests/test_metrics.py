@@ -1,22 +1,33 @@
-"""`truncate_to_remainder`: what `gather_for_metrics` uses to drop the padding of the last batch."""
+"""`trim_padding`: how `gather_for_metrics` drops the padding of the last batch, or refuses to."""
 
-from __future__ import annotations
-
+import pytest
 import torch
 
-from accel.metrics import truncate_to_remainder
+from accel import Accelerator
+from accel.metrics import GatherForMetricsError, trim_padding
 
 
-def test_unknown_remainder_keeps_everything():
-    data = torch.arange(6)
-    assert truncate_to_remainder(data, -1) is data
-
-
-def test_tensors_are_cut_along_the_first_dimension():
-    out = truncate_to_remainder({"logits": torch.ones(6, 2), "ids": [torch.arange(6)]}, 4)
-    assert out["logits"].shape == (4, 2)
+def test_trim_padding_keeps_the_real_rows_of_every_tensor():
+    gathered = {"logits": torch.arange(12).view(6, 2), "ids": [torch.arange(6)]}
+    out = trim_padding(gathered, remainder=4, expected_rows=6)
+    assert out["logits"].tolist() == torch.arange(8).view(4, 2).tolist()
     assert out["ids"][0].tolist() == [0, 1, 2, 3]
 
 
-def test_object_lists_are_cut():
-    assert truncate_to_remainder(["a", "b", "c", "a"], 3) == ["a", "b", "c"]
+def test_trim_padding_cuts_gathered_objects():
+    assert trim_padding(["a", "b", "c", "pad"], remainder=3, expected_rows=4) == ["a", "b", "c"]
+
+
+def test_trim_padding_refuses_input_without_one_row_per_sample():
+    with pytest.raises(GatherForMetricsError, match=r"tensor of shape \(2,\) with 2 rows") as caught:
+        trim_padding(torch.tensor([0.5, 0.7]), remainder=3, expected_rows=8)
+    assert "3 real samples of 8" in str(caught.value)
+    with pytest.raises(GatherForMetricsError, match="a list with 5 rows"):
+        trim_padding(list("abcde"), remainder=3, expected_rows=8)
+
+
+def test_gather_for_metrics_on_one_process_returns_every_sample():
+    accelerator = Accelerator()
+    loader = accelerator.prepare(torch.utils.data.DataLoader(torch.arange(10), batch_size=4))
+    seen = [x for batch in loader for x in accelerator.gather_for_metrics(batch).tolist()]
+    assert seen == list(range(10))

@@ -15,6 +15,7 @@ from accel_state.collectives import (
     broadcast_object_list,
     gather,
     gather_object,
+    gather_uneven,
     pad_across_processes,
     reduce,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "detect_launch_environment",
     "gather",
     "gather_object",
+    "gather_uneven",
     "get_rng_states",
     "pad_across_processes",
     "recursively_apply",

@@ -137,3 +137,25 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first:
         return out
 
     return recursively_apply(pad, data, error_on_other_type=True, name="pad_across_processes")
+
+
+def gather_uneven(data: Any) -> Any:
+    """Like `gather`, but each rank's tensors may differ in size along dim 0 (other dims must match)."""
+    state = _state()
+    if not state.use_distributed:
+        return data
+    _check_shapes("gather_uneven", data, ignore_dim=0)
+
+    def gather_one(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.ndim == 0:
+            tensor = tensor.unsqueeze(0)
+        sizes = _gather_one(torch.tensor([tensor.shape[0]], device=tensor.device)).tolist()
+        longest = max(sizes)
+        padded = tensor
+        if tensor.shape[0] < longest:
+            filler = tensor.new_zeros((longest - tensor.shape[0],) + tuple(tensor.shape[1:]))
+            padded = torch.cat([tensor, filler])
+        chunks = _gather_one(padded).split(longest)
+        return torch.cat([chunk[:size] for chunk, size in zip(chunks, sizes, strict=True)])
+
+    return recursively_apply(gather_one, data, error_on_other_type=True, name="gather_uneven")

@@ -1,7 +1,8 @@
-"""Applies a function to every tensor inside nested lists, tuples, namedtuples and dicts."""
+"""Applies a function to every tensor inside nested lists, tuples, namedtuples, dicts and dataclasses."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,9 +44,19 @@ def recursively_apply(
                 for k, v in data.items()
             }
         )
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        changes = {
+            f.name: recursively_apply(
+                function, getattr(data, f.name), error_on_other_type=error_on_other_type, name=name
+            )
+            for f in dataclasses.fields(data)
+            if f.init
+        }
+        return dataclasses.replace(data, **changes)
     if error_on_other_type:
         raise TypeError(
-            f"{name} works on tensors and nested lists/tuples/dicts of tensors, got {type(data).__name__}"
+            f"{name} works on tensors and nested lists/tuples/dicts/dataclasses of tensors, "
+            f"got {type(data).__name__}"
         )
     return data
 
@@ -68,7 +79,12 @@ def send_to_device(data: Any, device: torch.device | str, non_blocking: bool = F
 
     if isinstance(data, torch.Tensor):
         return move(data)
-    if hasattr(data, "to") and not isinstance(data, (list, tuple, Mapping)) and callable(data.to):
+    if (
+        hasattr(data, "to")
+        and callable(data.to)
+        and not isinstance(data, (list, tuple, Mapping))
+        and not dataclasses.is_dataclass(data)
+    ):
         # Objects like a tokenizer's BatchEncoding know how to move themselves.
         try:
             return data.to(device, non_blocking=non_blocking)

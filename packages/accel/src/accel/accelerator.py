@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
+from accel import metrics as _metrics
 from accel.dataloader_config import DataLoaderConfiguration
-from accel.metrics import truncate_to_remainder
 from accel.prepared_objects import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
 from accel_data import DataLoaderShard, prepare_data_loader
@@ -309,14 +309,7 @@ class Accelerator:
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
-        tensors_only = all(isinstance(t, torch.Tensor) for t in _leaves(input_data))
-        if use_gather_object or not tensors_only:
-            data = _collectives.gather_object(input_data)
-        else:
-            data = _collectives.gather(input_data)
-        if self.gradient_state.end_of_dataloader:
-            return truncate_to_remainder(data, self.gradient_state.remainder)
-        return data
+        return _metrics.gather_for_metrics(input_data, use_gather_object, self.num_processes)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         return _collectives.reduce(tensor, reduction=reduction, scale=scale)
@@ -362,10 +355,3 @@ class Accelerator:
         """Wait for every process so that none exits while others still communicate."""
         self.wait_for_everyone()
 
-
-def _leaves(data: Any) -> list[Any]:
-    if isinstance(data, (list, tuple)):
-        return [leaf for item in data for leaf in _leaves(item)]
-    if isinstance(data, dict):
-        return [leaf for item in data.values() for leaf in _leaves(item)]
-    return [data]

@@ -1,0 +1,88 @@
+"""Gradient accumulation: same weights as one big batch, and no all-reduce on non-sync steps."""
+
+from __future__ import annotations
+
+import torch
+
+from accel_launch.testing import run_on_ranks
+
+TOLERANCE = 1e-5
+
+
+def train_with_accumulation(batch_size, accumulation_steps, epochs=2):
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from accel import Accelerator, set_seed
+
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
+    set_seed(3)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 4, generator=generator)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(96, 1, generator=generator)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    syncs = []
+    for _ in range(epochs):
+        for xb, yb in loader:
+            with accelerator.accumulate(model):
+                loss = torch.nn.functional.mse_loss(model(xb), yb)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+                syncs.append(accelerator.sync_gradients)
+    state = accelerator.unwrap_model(model).state_dict()
+    return {"weights": {k: v.tolist() for k, v in state.items()}, "syncs": syncs}
+
+
+def _close(a, b):
+    return all(torch.allclose(torch.tensor(a[k]), torch.tensor(b[k]), atol=TOLERANCE) for k in a)
+
+
+def test_accumulation_matches_one_big_batch_launch():
+    (big,) = run_on_ranks(train_with_accumulation, 1, 32, 1)
+    (small,) = run_on_ranks(train_with_accumulation, 1, 8, 4)
+    two = run_on_ranks(train_with_accumulation, 2, 4, 4)
+    assert small["syncs"][:4] == [False, False, False, True]
+    assert _close(small["weights"], big["weights"])
+    for rank in two:
+        assert _close(rank["weights"], big["weights"])
+
+
+def count_all_reduces(accumulation_steps):
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    from accel import Accelerator
+
+    accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = torch.utils.data.DataLoader(torch.randn(48, 4), batch_size=4)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(1)
+        return allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, counting_hook)
+    per_step = []
+    for batch in loader:
+        before = len(calls)
+        with accelerator.accumulate(model):
+            accelerator.backward(model(batch).sum())
+            optimizer.step()
+            optimizer.zero_grad()
+        per_step.append((accelerator.sync_gradients, len(calls) - before))
+    return per_step
+
+
+def test_no_all_reduce_on_non_sync_steps_launch():
+    for per_step in run_on_ranks(count_all_reduces, 2, 3):
+        assert len(per_step) == 6
+        for sync, reduces in per_step:
+            assert (reduces > 0) == sync, per_step
+        assert [sync for sync, _ in per_step] == [False, False, True, False, False, True]
