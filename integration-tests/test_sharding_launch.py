@@ -89,3 +89,35 @@ def test_global_order_does_not_depend_on_process_count_launch():
     double = run_on_ranks(shuffled_order, 2, 48, 4, 2)
     assert double[0] == double[1] == single
     assert single[0] != single[1], "each epoch should shuffle anew"
+
+
+def custom_sampler_epochs(seed_per_rank):
+    import torch
+    from torch.utils.data import DataLoader, SubsetRandomSampler, WeightedRandomSampler
+
+    from accel import Accelerator, PartialState
+
+    # Different global seeds on each rank, as unseeded processes have: the sampler must agree anyway.
+    torch.manual_seed(seed_per_rank + PartialState().process_index)
+    accelerator = Accelerator()
+    subset = DataLoader(torch.arange(100), batch_size=5, sampler=SubsetRandomSampler(list(range(0, 100, 3))))
+    weighted = DataLoader(torch.arange(30), batch_size=4, sampler=WeightedRandomSampler([1.0] * 30, 24))
+    subset, weighted = accelerator.prepare(subset, weighted)
+    epochs = []
+    for _ in range(2):
+        epochs.append(
+            {
+                "subset": [i for b in subset for i in accelerator.gather_for_metrics(b).tolist()],
+                "weighted": [i for b in weighted for i in accelerator.gather(b).tolist()],
+            }
+        )
+    return epochs
+
+
+def test_samplers_with_their_own_generator_agree_across_ranks_launch():
+    per_rank = run_on_ranks(custom_sampler_epochs, 2, 10)
+    assert per_rank[0] == per_rank[1]
+    first, second = per_rank[0]
+    assert sorted(first["subset"]) == list(range(0, 100, 3))
+    assert first["subset"] != second["subset"], "each epoch draws a new order"
+    assert len(first["weighted"]) == 24

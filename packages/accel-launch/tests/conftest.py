@@ -9,6 +9,13 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _isolated_config(tmp_path_factory, monkeypatch):
+    """Keep the user's own config file (and a config named by env) out of every test."""
+    monkeypatch.setenv("ACCEL_HOME", str(tmp_path_factory.mktemp("accel-home")))
+    monkeypatch.delenv("ACCEL_CONFIG_FILE", raising=False)
+
+
 def _is_running(pid: int) -> bool:
     """Return True when `pid` is a live process (a zombie waiting to be reaped counts as gone)."""
     if Path("/proc").is_dir():

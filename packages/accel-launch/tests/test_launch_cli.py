@@ -137,7 +137,8 @@ def test_help_does_not_import_torch():
         """
         import sys
         from accel_launch.cli import accel
-        for args in (["--help"], ["launch", "--help"]):
+        for args in (["--help"], ["launch", "--help"], ["config", "--help"], ["config", "show", "--help"],
+                     ["config", "default", "--help"], ["test", "--help"], ["env", "--help"]):
             try:
                 accel.main(args, prog_name="accel", standalone_mode=False)
             except SystemExit:

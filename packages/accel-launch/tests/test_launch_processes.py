@@ -151,3 +151,54 @@ def test_launch_returns_the_failing_ranks_exit_code(tmp_path):
     result = launch_script(script, 1)
     assert result.returncode == 3
     assert "accel launch: rank 0 failed with exit code 3" in result.stderr
+
+
+ATTEMPTS_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+
+    with open(Path(sys.argv[1], f"attempts_{os.environ['RANK']}"), "a") as handle:
+        handle.write(os.environ.get("TORCHELASTIC_RESTART_COUNT", "?") + "\\n")
+    if os.environ["RANK"] == "1":
+        raise SystemExit(7)
+    """
+)
+
+
+@pytest.mark.parametrize(("max_restarts", "attempts"), [(0, 1), (1, 2)])
+def test_launch_crashing_rank_restarts_the_group_max_restarts_times(tmp_path, max_restarts, attempts):
+    script = tmp_path / "attempts.py"
+    script.write_text(ATTEMPTS_SCRIPT)
+    result = launch_script(
+        script, 2, [tmp_path], launch_args=["--max_restarts", str(max_restarts)], timeout=60
+    )
+    assert result.returncode == 7, result.stderr
+    assert "rank 1 failed with exit code 7" in result.stderr
+    for rank in (0, 1):
+        lines = (tmp_path / f"attempts_{rank}").read_text().split()
+        assert lines == [str(n) for n in range(attempts)], (rank, lines)
+
+
+def test_launch_from_a_config_file_with_per_rank_logs(report_script, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\nuse_cpu: true\nnum_processes: 2\n"
+        "mixed_precision: bf16\ngradient_accumulation_steps: 3\n"
+    )
+    logs = tmp_path / "logs"
+    result = _accel(
+        "launch", "--config_file", str(config), "--log_dir", str(logs), "--tee", "3", str(report_script)
+    )
+    assert result.returncode == 0, result.stderr
+    # With --tee the agent prefixes each console line with its rank: `[default0]:REPORT ...`.
+    console = "\n".join(line.partition("]:")[2] for line in result.stdout.splitlines())
+    reports = _reports(console)
+    assert [report["RANK"] for report in reports] == ["0", "1"]
+    for report in reports:
+        assert (report["ACCEL_USE_CPU"], report["ACCEL_MIXED_PRECISION"]) == ("1", "bf16")
+        assert report["ACCEL_GRADIENT_ACCUMULATION_STEPS"] == "3"
+    stdout_logs = sorted(logs.rglob("stdout.log"))
+    assert len(stdout_logs) == 2, sorted(logs.rglob("*"))
+    assert sorted(log.read_text().count("REPORT RANK=") for log in stdout_logs) == [1, 1]
+    assert len(sorted(logs.rglob("stderr.log"))) == 2

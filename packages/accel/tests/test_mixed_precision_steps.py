@@ -9,6 +9,7 @@ from accel import Accelerator
 
 
 def _prepared(mixed_precision, optimizer_kwargs=None, optimizer_class=torch.optim.SGD):
+    torch.manual_seed(0)
     accelerator = Accelerator(mixed_precision=mixed_precision)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
     optimizer = optimizer_class(model.parameters(), lr=0.1, **(optimizer_kwargs or {}))
@@ -57,8 +58,15 @@ def test_forced_overflow_skips_the_step_and_leaves_weights_and_schedule(optimize
 
 def test_clipping_under_fp16_bounds_the_true_gradient_norm():
     accelerator, model, optimizer, _ = _prepared("fp16")
-    accelerator.backward(model(torch.randn(16, 4) * 3).pow(2).mean())
-    before_clipping = accelerator.clip_grad_norm_(model.parameters(), max_norm=0.5)
+    x = torch.randn(16, 4)
+    for _ in range(30):  # the first steps overflow until the scaler has lowered its scale
+        optimizer.zero_grad()
+        accelerator.backward((model(x) - 10).pow(2).mean())
+        before_clipping = accelerator.clip_grad_norm_(model.parameters(), max_norm=0.5)
+        if torch.isfinite(before_clipping):
+            break
+        optimizer.step()
+        assert accelerator.optimizer_step_was_skipped
     assert before_clipping > 0.5, "the test needs gradients larger than the bound"
     norm = torch.norm(torch.stack([p.grad.norm() for p in model.parameters()]))
     assert norm <= 0.5 + 1e-4

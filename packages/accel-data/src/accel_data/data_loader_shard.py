@@ -3,18 +3,44 @@
 It looks one batch ahead so it can tell the step that reads the last batch that it is the last
 (`end_of_dataloader`), and how many real samples the last global batch holds (`remainder`), which
 `gather_for_metrics` needs to drop the padding added by `even_batches`.
+
+It also knows where it stands: the epoch and how many of that epoch's batches it has yielded.
+`state_dict()` reports that position and `load_state_dict()` restores it, arming a one-shot skip
+so that the next pass continues the interrupted epoch (see `accel_data.skip` for how batches are
+skipped without loading them). The loaders that `skip_first_batches` makes from a loader share its
+position, so a checkpoint of the original sees their progress and their end of epoch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from accel_data.rng_sync import synchronize_rng_states
 from accel_state import GradientState, send_to_device
+
+# DataLoader arguments that a rebuild over the loader's own batch sampler must not repeat.
+_BATCHING_ARGUMENTS = ("batch_size", "shuffle", "sampler", "drop_last")
+
+
+class LoaderStateError(ValueError):
+    """A loader state cannot be restored as given."""
+
+
+class _Position:
+    """Where a loader, and every loader made from it by `skip_first_batches`, stands."""
+
+    __slots__ = ("epoch", "batches_yielded", "finishing", "resume")
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self.batches_yielded = 0  # of the current epoch, counting skipped ones
+        self.finishing = False  # the epoch's last batch has been yielded
+        self.resume: tuple[int, int] | None = None  # (epoch, batches) armed by load_state_dict
 
 
 class DataLoaderShard(DataLoader):
@@ -41,10 +67,13 @@ class DataLoaderShard(DataLoader):
         self.total_dataset_length = total_dataset_length
         self.global_batch_size = global_batch_size
         self.pads_last_batch = pads_last_batch
-        self.epoch = 0
         self.end_of_dataloader = False
         self.remainder = self._compute_remainder()
         self._gradient_state = GradientState()
+        self._dataloader_kwargs = dataloader_kwargs
+        self._position = _Position()
+        self._skip_batches = 0  # set by skip_first_batches: skipped by the first pass only
+        self._pass_skip: int | None = None  # batches skipped by the pass in progress
 
     def _compute_remainder(self) -> int:
         """Real samples in the last global batch when padding may follow them, else -1."""
@@ -57,9 +86,37 @@ class DataLoaderShard(DataLoader):
         """Samples consumed per step across all processes."""
         return self.global_batch_size
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of the pass in progress, or of the next pass."""
+        return self._position.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._position.epoch = int(epoch)
+
+    @property
+    def skip_batches(self) -> int:
+        """Batches the pass in progress skipped, or that the next pass will skip."""
+        return self._pending_skip() if self._pass_skip is None else self._pass_skip
+
+    def _pending_skip(self) -> int:
+        if self._skip_batches:
+            return self._skip_batches
+        resume = self._position.resume
+        return resume[1] if resume is not None and resume[0] == self._position.epoch else 0
+
+    def __len__(self) -> int:
+        """Batches of this process in the pass in progress or the next, skipped ones left out."""
+        return max(super().__len__() - self.skip_batches, 0)
+
     def set_epoch(self, epoch: int) -> None:
         """Make the next pass use epoch `epoch`'s shuffle (and forward it to the sampler)."""
-        self.epoch = int(epoch)
+        position = self._position
+        if int(epoch) != position.epoch:
+            # A position inside another epoch no longer says where the next pass starts.
+            position.batches_yielded, position.finishing, position.resume = 0, False, None
+        position.epoch = int(epoch)
         self._forward_epoch()
 
     def _forward_epoch(self) -> None:
@@ -70,29 +127,133 @@ class DataLoaderShard(DataLoader):
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
 
+    # Position ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Return where to resume: the epoch and how many of its batches were yielded (JSON-able).
+
+        Once the epoch's last batch has been yielded, that is the next epoch at batch 0. A pass
+        abandoned before its end (`break`) counts as a finished epoch, as it does for `epoch`.
+        """
+        position = self._position
+        epoch, done = position.epoch, position.batches_yielded
+        if position.finishing:
+            epoch, done = epoch + 1, 0
+        return {"epoch": epoch, "batches_yielded": done, "global_batch_size": self.global_batch_size}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore a position from `state_dict()`: the next pass of that epoch skips what was yielded.
+
+        The skip is one-shot, applies only if the next pass is of the saved epoch, and is
+        cancelled by `skip_first_batches(loader, n)`, whose explicit `n` wins: the two never both
+        skip. A position saved with another global batch size is converted when the samples
+        consumed fill whole batches of the new size.
+        """
+        for key in ("epoch", "batches_yielded"):
+            if key not in state_dict:
+                raise LoaderStateError(f"loader state_dict: missing key {key!r} (got {sorted(state_dict)})")
+        epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
+        if epoch < 0 or done < 0:
+            raise LoaderStateError(
+                f"loader state_dict: epoch and batches_yielded must be >= 0, got epoch={epoch}, "
+                f"batches_yielded={done}"
+            )
+        done = self._batches_at_this_size(done, state_dict.get("global_batch_size"))
+        position = self._position
+        position.epoch, position.batches_yielded, position.finishing = epoch, done, False
+        position.resume = (epoch, done) if done else None
+
+    def _batches_at_this_size(self, done: int, saved_size: int | None) -> int:
+        size = self.global_batch_size
+        if not done or not saved_size or not size or saved_size == size:
+            return done
+        samples = done * int(saved_size)
+        if samples % size:
+            raise LoaderStateError(
+                f"loader state_dict: {done} batches of {saved_size} samples ({samples} samples) do not "
+                f"fill whole batches of this loader's global batch size {size}; resume with a global "
+                f"batch size dividing {samples}"
+            )
+        return samples // size
+
+    # Iteration --------------------------------------------------------------------------------
     def _place(self, batch: Any) -> Any:
         if self.device is None:
             return batch
         return send_to_device(batch, self.device, non_blocking=self.non_blocking)
+
+    def _take_skip(self) -> int:
+        """Return the batches this pass skips; an armed resume is spent (or cancelled) either way."""
+        skip = self._pending_skip()
+        self._position.resume = None
+        return skip
+
+    def _batches(self, skip: int) -> Iterator[Any]:
+        if not skip:
+            return super().__iter__()
+        if isinstance(self.dataset, IterableDataset):
+            # A stream has no index to jump to: fast-forward, which loads the skipped batches.
+            batches = super().__iter__()
+            next(itertools.islice(batches, skip, skip), None)
+            return batches
+        from accel_data.skip import SkipBatchSampler  # skip.py imports this module
+
+        arguments = {**self._rebuild_arguments(), "persistent_workers": False}
+        arguments["batch_sampler"] = SkipBatchSampler(self.batch_sampler, skip)
+        return iter(DataLoader(self.dataset, **arguments))
+
+    def _rebuild_arguments(self) -> dict[str, Any]:
+        """DataLoader arguments that rebuild this loader over the same batch sampler object."""
+        arguments = dict(self._dataloader_kwargs)
+        if not isinstance(self.dataset, IterableDataset):
+            for name in _BATCHING_ARGUMENTS:
+                arguments.pop(name, None)
+            arguments["batch_sampler"] = self.batch_sampler
+        return arguments
+
+    def _skipping(self, num_batches: int) -> DataLoaderShard:
+        """Return a loader sharing this one's sampler and position whose first pass skips `num_batches`."""
+        view = type(self)(
+            self.dataset,
+            device=self.device,
+            non_blocking=self.non_blocking,
+            rng_types=self.rng_types,
+            synchronized_generator=self.synchronized_generator,
+            total_dataset_length=self.total_dataset_length,
+            global_batch_size=self.global_batch_size,
+            pads_last_batch=self.pads_last_batch,
+            **self._rebuild_arguments(),
+        )
+        view._position = self._position
+        view._skip_batches = num_batches
+        self._position.resume = None
+        return view
 
     def __iter__(self) -> Iterator[Any]:
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self._forward_epoch()
         self.end_of_dataloader = False
+        position = self._position
+        self._pass_skip = skip = self._take_skip()
+        position.batches_yielded, position.finishing = skip, False
         self._gradient_state._add_dataloader(self)
         try:
-            batches = super().__iter__()
+            batches = self._batches(skip)
             try:
                 current = next(batches)
             except StopIteration:
                 self.end_of_dataloader = True
                 return
             for upcoming in batches:
+                position.batches_yielded += 1
                 yield self._place(current)
                 current = upcoming
             self.end_of_dataloader = True
+            position.batches_yielded += 1
+            position.finishing = True
             yield self._place(current)
         finally:
             self._gradient_state._remove_dataloader(self)
-            self.epoch += 1
+            position.epoch += 1
+            position.batches_yielded, position.finishing = 0, False
+            self._pass_skip, self._skip_batches = None, 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from accel_data.batch_sampler_shard import BatchSamplerShard, ShardingError
 from accel_data.data_loader_shard import DataLoaderShard
+from accel_data.dispatcher import DataLoaderDispatcher
+from accel_data.iterable_shard import IterableDataLoaderShard, IterableDatasetShard
 from accel_data.rng_sync import validate_rng_types
 from accel_data.seedable_sampler import SeedableRandomSampler
 from accel_state import PartialState, broadcast_object_list
@@ -28,6 +30,16 @@ _KEPT_ARGUMENTS = (
     "pin_memory_device",
     "in_order",
 )
+
+# The attribute by which a dataset says it already yields only this rank's items.
+SHARDS_ITSELF = "accel_shards_itself"
+
+
+class _Sharding(NamedTuple):
+    num_processes: int
+    process_index: int
+    split_batches: bool
+    even_batches: bool
 
 
 def _kept_arguments(loader: DataLoader) -> dict[str, Any]:
@@ -76,6 +88,26 @@ def _with_seedable_sampler(
     return batch_sampler
 
 
+def _generator_to_synchronize(
+    sampler: Any, dataloader: DataLoader, data_seed: int | None, state: PartialState
+):
+    """Return the generator whose state must agree across ranks each epoch (None when there is none).
+
+    A custom sampler that shuffles with its own generator (SubsetRandomSampler, WeightedRandomSampler)
+    would draw a different order on every rank; one that has no generator yet gets one, seeded alike.
+    """
+    if isinstance(sampler, SeedableRandomSampler):
+        return dataloader.generator
+    if hasattr(sampler, "generator") and not isinstance(sampler, RandomSampler):
+        if sampler.generator is None:
+            seed = data_seed if data_seed is not None else torch.initial_seed()
+            if state.use_distributed and data_seed is None:
+                seed = broadcast_object_list([seed])[0]
+            sampler.generator = torch.Generator().manual_seed(int(seed))
+        return sampler.generator
+    return dataloader.generator
+
+
 def _sample_count(batch_sampler: Any, dataset: Any) -> int | None:
     sampler = getattr(batch_sampler, "sampler", None)
     for source in (sampler, dataset):
@@ -98,17 +130,28 @@ def prepare_data_loader(
     data_seed: int | None = None,
     non_blocking: bool = False,
     use_seedable_sampler: bool = True,
-) -> DataLoaderShard:
+    dispatch_batches: bool | None = None,
+) -> DataLoader:
     """Return a loader that yields only this process's batches (on `device` if `put_on_device`).
 
     Map-style datasets are sharded by batch (see `BatchSamplerShard`); a shuffling sampler is
-    replaced by one whose order depends on seed and epoch only, the same on every rank.
+    replaced by one whose order depends on seed and epoch only, the same on every rank. A custom
+    sampler with its own generator has that generator synchronised from the main process at the
+    start of every pass (`rng_types` defaults to ["generator"] then; pass a list to choose).
+
+    `dispatch_batches` (default: True for an IterableDataset, False otherwise): the main process
+    reads every global batch and sends each rank its slice (`DataLoaderDispatcher`). With False, an
+    IterableDataset is read by every rank, each keeping its slice (`IterableDatasetShard`). A
+    dataset that already yields only this rank's items sets the attribute
+    `accel_shards_itself = True`: every rank then iterates it as it is, unsharded, and only device
+    placement and end-of-data tracking are added.
     """
     state = PartialState()
     num_processes = state.num_processes if num_processes is None else num_processes
     process_index = state.process_index if process_index is None else process_index
     if device is None:
         device = state.device
+    explicit_rng_types = rng_types
     rng_types = validate_rng_types(rng_types)
     dataset = dataloader.dataset
     common = dict(
@@ -117,20 +160,22 @@ def prepare_data_loader(
         rng_types=rng_types,
         synchronized_generator=dataloader.generator,
     )
+    sharding = _Sharding(num_processes, process_index, split_batches, even_batches)
     if isinstance(dataset, IterableDataset):
-        if num_processes > 1:
-            raise ShardingError(
-                f"{type(dataset).__name__} is an IterableDataset: sharding iterable datasets across "
-                f"{num_processes} processes is not supported yet; use a map-style dataset"
-            )
-        kwargs = _kept_arguments(dataloader)
-        return DataLoaderShard(
-            dataset, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last, **common, **kwargs
-        )
+        return _prepare_iterable(dataloader, state, sharding, dispatch_batches, common)
     if dataloader.batch_sampler is None:
         raise ShardingError("a DataLoader with batch_size=None (no automatic batching) cannot be sharded")
 
     batch_sampler = _with_seedable_sampler(dataloader.batch_sampler, data_seed, state, use_seedable_sampler)
+    generator = _generator_to_synchronize(
+        getattr(batch_sampler, "sampler", None), dataloader, data_seed, state
+    )
+    common["synchronized_generator"] = generator
+    if generator is not None and explicit_rng_types is None and num_processes > 1:
+        common["rng_types"] = ["generator"]
+    if dispatch_batches and num_processes > 1:
+        sampler = getattr(batch_sampler, "sampler", None)
+        return _dispatcher(dataloader, state, sharding, common, sampler=sampler)
     shard = BatchSamplerShard(
         batch_sampler,
         num_processes=num_processes,
@@ -146,4 +191,85 @@ def prepare_data_loader(
         pads_last_batch=num_processes > 1 and even_batches and not shard.drop_last,
         **common,
         **_kept_arguments(dataloader),
+    )
+
+
+def _dispatcher(
+    dataloader: DataLoader, state: PartialState, sharding: _Sharding, common: dict[str, Any], **sampling: Any
+) -> DataLoaderDispatcher:
+    """Return a `DataLoaderDispatcher` for `dataloader`, refusing ranks that were not launched."""
+    num_processes, process_index = sharding.num_processes, sharding.process_index
+    dataset = dataloader.dataset
+    kind = "an IterableDataset" if isinstance(dataset, IterableDataset) else "a map-style dataset"
+    if (num_processes, process_index) != (state.num_processes, state.process_index):
+        raise ShardingError(
+            f"{type(dataset).__name__} is {kind}: dispatching its batches to num_processes={num_processes} "
+            f"(as rank {process_index}) needs that many launched processes, but this is rank "
+            f"{state.process_index} of {state.num_processes}; pass dispatch_batches=False to shard it in "
+            "each process"
+        )
+    if dataloader.batch_size is None:
+        raise ShardingError(
+            f"dispatch_batches=True needs a DataLoader with a batch_size, not a custom batch_sampler "
+            f"({type(dataloader.batch_sampler).__name__})"
+        )
+    return DataLoaderDispatcher(
+        dataset,
+        dataloader.batch_size,
+        split_batches=sharding.split_batches,
+        even_batches=sharding.even_batches,
+        drop_last=dataloader.drop_last,
+        device=common["device"],
+        non_blocking=common["non_blocking"],
+        **sampling,
+        **_kept_arguments(dataloader),
+    )
+
+
+def _prepare_iterable(
+    dataloader: DataLoader,
+    state: PartialState,
+    sharding: _Sharding,
+    dispatch_batches: bool | None,
+    common: dict[str, Any],
+) -> DataLoader:
+    """Return the loader for an IterableDataset: unsharded, dispatched, or sharded on every rank."""
+    dataset = dataloader.dataset
+    name = type(dataset).__name__
+    kept = _kept_arguments(dataloader)
+    shards_itself = bool(getattr(dataset, SHARDS_ITSELF, False))
+    if shards_itself and dispatch_batches:
+        raise ShardingError(
+            f"{name} shards itself ({SHARDS_ITSELF}=True), so dispatch_batches=True would send every "
+            "rank slices of the main process's shard only; leave dispatch_batches unset"
+        )
+    if shards_itself or sharding.num_processes == 1:
+        return DataLoaderShard(
+            dataset, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last, **common, **kept
+        )
+    if dataloader.batch_size is None:
+        raise ShardingError(
+            f"{name} is an IterableDataset in a DataLoader with batch_size=None: its items cannot be "
+            f"shared by {sharding.num_processes} processes without a batch size; set batch_size, or set "
+            f"{SHARDS_ITSELF} = True on a dataset that yields only its rank's items"
+        )
+    if dispatch_batches is None or dispatch_batches:
+        return _dispatcher(dataloader, state, sharding, common)
+    if dataloader.num_workers > 0:
+        raise ShardingError(
+            f"{name}: dispatch_batches=False shards the stream in the main process of each rank, but "
+            f"num_workers={dataloader.num_workers} would give each worker its own windows and padding; "
+            f"use dispatch_batches=True, num_workers=0, or {SHARDS_ITSELF} = True"
+        )
+    shard = IterableDatasetShard(
+        dataset,
+        batch_size=dataloader.batch_size,
+        drop_last=dataloader.drop_last,
+        num_processes=sharding.num_processes,
+        process_index=sharding.process_index,
+        split_batches=sharding.split_batches,
+        even_batches=sharding.even_batches,
+    )
+    return IterableDataLoaderShard(
+        shard, batch_size=shard.per_process_batch_size, global_batch_size=shard.window_size, **common, **kept
     )

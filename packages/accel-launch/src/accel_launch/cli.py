@@ -1,18 +1,23 @@
 """The `accel` command line (a click group) and the standalone `accel-launch` command.
 
-Only click and this package's light modules are imported here; torch and accel_state are imported
-inside the command bodies, so `accel --help` stays fast.
+Only click and this package's light modules are imported here; torch, accel_state and yaml are
+imported inside the command bodies, so `accel --help` stays fast.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from accel_launch.__about__ import __version__
+from accel_launch.config_schema import KEYS, ConfigError, ConfigKey
 from accel_launch.launch_options import (
-    MIXED_PRECISION_CHOICES,
+    TEE_CHOICES,
     LaunchOptions,
     LaunchOptionsError,
     check_script,
@@ -22,6 +27,24 @@ from accel_launch.launch_options import (
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 # Everything from the script on belongs to the script: stop parsing our flags at the first positional.
 _LAUNCH_CONTEXT = {**_CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False}
+DIAGNOSTICS_MODULE = "accel.diagnostics"
+
+
+class ConfigProblem(click.ClickException):
+    """A bad config file, env var or combination: one `accel: ...` line on stderr, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"accel: {self.message}", err=True)
+
+
+def _fail(error: ConfigError | LaunchOptionsError) -> click.ClickException:
+    # A problem with a flag reads like click's own flag errors; one in a file or env var names that.
+    message = str(error)
+    if isinstance(error, LaunchOptionsError) or message.startswith("--"):
+        return click.UsageError(message)
+    return ConfigProblem(message)
 
 
 def _flag(name: str, *short: str, dest: str | None = None) -> list[str]:
@@ -32,104 +55,266 @@ def _flag(name: str, *short: str, dest: str | None = None) -> list[str]:
     return [*short, *spellings, dest or name]
 
 
+def _key_option(key: ConfigKey) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Return the click option for config key `key` (default None: "not given", so the file applies)."""
+    default = f" [default: {key.default}]" if key.default not in (None, "") else ""
+    help_text = f"{key.help}{default}"
+    if key.kind == "bool":
+        names = [*key.aliases, key.name]
+        declarations = []
+        for name in names:
+            declarations.append(f"--{name}/--no_{name}")
+            if "_" in name:
+                dashed = name.replace("_", "-")
+                declarations.append(f"--{dashed}/--no-{dashed}")
+        return click.option(*declarations, key.name, default=None, help=help_text)
+    kinds: dict[str, Any] = {"int": int, "float": float, "str": str}
+    click_type = click.Choice(key.choices) if key.kind == "choice" else kinds[key.kind]
+    return click.option(*_flag(key.name), type=click_type, default=None, help=help_text)
+
+
+def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add one flag per scalar config key to a command (in the table's order in `--help`)."""
+    for key in reversed(list(KEYS.values())):
+        if key.has_flag:
+            func = _key_option(key)(func)
+    return func
+
+
+def _config_file_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        *_flag("config_file"),
+        type=str,
+        default=None,
+        help="Config file to read (default: $ACCEL_CONFIG_FILE, else the default config).",
+    )(func)
+
+
+def _given_flags(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
+    """Return the config-key flags given on the command line."""
+    return {
+        name: value
+        for name, value in values.items()
+        if name in KEYS and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    }
+
+
+def load_effective_config(config_file: str | None, flags: dict[str, Any]) -> tuple[Any, bool]:
+    """Return (the effective config, whether a file was read); raise a click error for bad input."""
+    from accel_launch.config_file import locate_config, read_config
+    from accel_launch.effective_config import resolve_config
+
+    try:
+        location = locate_config(config_file)
+        file_values = read_config(location)
+        return resolve_config(file_values, flags, path=location.path), file_values is not None
+    except ConfigError as error:
+        raise _fail(error) from None
+
+
 @click.group(context_settings=_CONTEXT)
 @click.version_option(__version__, "--version", prog_name="accel")
 def accel() -> None:
     """accel: run training scripts on one or many processes and machines."""
 
 
+def _launch_only_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            *_flag("max_restarts"),
+            type=int,
+            default=0,
+            show_default=True,
+            help="Restarts of the whole worker group after a failure before giving up.",
+        ),
+        click.option(
+            *_flag("monitor_interval"),
+            type=float,
+            default=0.1,
+            show_default=True,
+            help="Seconds between checks of the workers (how fast a crashed rank is noticed).",
+        ),
+        click.option(
+            *_flag("log_dir"),
+            type=str,
+            default=None,
+            help="Folder for per-rank log files (torchrun's --log-dir).",
+        ),
+        click.option(
+            *_flag("tee", "-t"),
+            type=click.Choice(TEE_CHOICES),
+            default=None,
+            help="Tee rank output into --log_dir files and the console: 1 stdout, 2 stderr, 3 both.",
+        ),
+        click.option(*_flag("module", "-m"), is_flag=True, help="Run SCRIPT as a module, like `python -m`."),
+        click.option(
+            *_flag("env", dest="env_pairs"),
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Set an environment variable in every worker (repeatable).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @accel.command(context_settings=_LAUNCH_CONTEXT)
-@click.option(*_flag("cpu"), is_flag=True, help="Train on the CPU even where an accelerator exists.")
-@click.option(
-    *_flag("num_processes"),
-    type=int,
-    default=1,
-    show_default=True,
-    help="Processes to start on this machine.",
-)
-@click.option(
-    *_flag("num_machines"), type=int, default=1, show_default=True, help="Machines taking part in the job."
-)
-@click.option(
-    *_flag("machine_rank"),
-    type=int,
-    default=0,
-    show_default=True,
-    help="Rank of this machine, 0 for the one at --main_process_ip.",
-)
-@click.option(
-    *_flag("main_process_ip"),
-    type=str,
-    default=None,
-    help="Address of machine 0 (required with several machines; 127.0.0.1 otherwise).",
-)
-@click.option(
-    *_flag("main_process_port"),
-    type=int,
-    default=None,
-    help="Rendezvous port on machine 0 (default: a free port on one machine, 29500 on several).",
-)
-@click.option(
-    *_flag("mixed_precision"),
-    type=click.Choice(MIXED_PRECISION_CHOICES),
-    default=None,
-    help="Mixed precision for the Accelerator.",
-)
-@click.option(
-    *_flag("gradient_accumulation_steps"),
-    type=int,
-    default=None,
-    help="Batches to accumulate before an optimizer step.",
-)
-@click.option(
-    *_flag("debug"),
-    is_flag=True,
-    help="Check collective shapes across ranks; show the launcher's traceback on its own errors.",
-)
-@click.option(
-    *_flag("max_restarts"),
-    type=int,
-    default=0,
-    show_default=True,
-    help="Restarts of the whole worker group after a failure before giving up.",
-)
-@click.option(
-    *_flag("monitor_interval"),
-    type=float,
-    default=0.1,
-    show_default=True,
-    help="Seconds between checks of the workers (how fast a crashed rank is noticed).",
-)
-@click.option(*_flag("module", "-m"), is_flag=True, help="Run SCRIPT as a module, like `python -m`.")
-@click.option(
-    *_flag("env", dest="env_pairs"),
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Set an environment variable in every worker (repeatable).",
-)
+@_config_file_option
+@config_key_options
+@_launch_only_options
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def launch(
-    ctx: click.Context, script: str, script_args: tuple[str, ...], env_pairs: tuple[str, ...], **flags: object
-) -> None:
-    """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run."""
+def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flags: Any) -> None:
+    """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run.
+
+    Values come from the flags, else ACCEL_* env vars, else the config file, else defaults.
+    """
     if script.startswith("-"):
         # ignore_unknown_options turns an unknown flag into a positional, so a mistyped flag of ours
         # arrives here in the script's place.
         known = [opt for param in ctx.command.params for opt in getattr(param, "opts", [])]
         raise click.NoSuchOption(script, possibilities=known, ctx=ctx)
+    options = _launch_options(ctx, flags)
     try:
-        options = LaunchOptions(env=parse_env_pairs(env_pairs), **flags)  # type: ignore[arg-type]
         check_script(script, options.module)
     except LaunchOptionsError as error:
         raise click.UsageError(str(error)) from None
+    sys.exit(_run(options, script, script_args))
 
-    from accel_launch.runner import run_torchrun
+
+def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
+    """Return the LaunchOptions of a launch-like command from its flags and the effective config."""
+    from accel_launch.effective_config import check_launchable
+
+    config, _ = load_effective_config(flags.pop("config_file"), _given_flags(ctx, flags))
+    try:
+        check_launchable(config)
+        distributed_type = config.given("distributed_type")
+        return LaunchOptions(
+            cpu=bool(config["use_cpu"]) or distributed_type == "MULTI_CPU",
+            num_processes=config["num_processes"],
+            num_machines=config["num_machines"],
+            machine_rank=config["machine_rank"],
+            main_process_ip=config["main_process_ip"],
+            main_process_port=config["main_process_port"],
+            mixed_precision=config.given("mixed_precision"),
+            gradient_accumulation_steps=config.given("gradient_accumulation_steps"),
+            debug=bool(config["debug"]),
+            rdzv_backend=config["rdzv_backend"],
+            distributed_type=distributed_type,
+            gpu_ids=config.given("gpu_ids"),
+            downcast_bf16=bool(config["downcast_bf16"]),
+            enable_cpu_affinity=bool(config["enable_cpu_affinity"]),
+            dynamo_backend=config["dynamo_backend"],
+            max_restarts=flags["max_restarts"],
+            monitor_interval=flags["monitor_interval"],
+            module=flags["module"],
+            env=parse_env_pairs(flags["env_pairs"]),
+            log_dir=flags["log_dir"],
+            tee=flags["tee"],
+        )
+    except (ConfigError, LaunchOptionsError) as error:
+        raise _fail(error) from None
+
+
+def _run(options: LaunchOptions, script: str, script_args: tuple[str, ...] | list[str]) -> int:
+    from accel_launch import runner
     from accel_launch.torchrun_args import build_torchrun_call
 
     call = build_torchrun_call(options, script, script_args)
-    sys.exit(run_torchrun(call.argv, call.env, debug=options.debug))
+    return runner.run_torchrun(call.argv, call.env, debug=options.debug)
+
+
+@accel.group(context_settings=_CONTEXT, invoke_without_command=True)
+@_config_file_option
+@click.pass_context
+def config(ctx: click.Context, config_file: str | None) -> None:
+    """Ask questions about this machine and write the config file (or run a subcommand)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from accel_launch.config_file import locate_config, write_config
+    from accel_launch.effective_config import resolve_config
+    from accel_launch.questionnaire import ask_config
+
+    answers = ask_config()
+    path = locate_config(config_file).path
+    try:
+        resolve_config(answers, {}, path=path, environ={})
+        write_config(path, answers)
+    except (ConfigError, OSError) as error:
+        raise _fail(ConfigError(str(error))) from None
+    click.echo(f"accel: config written to {path}")
+
+
+@config.command("default", context_settings=_CONTEXT)
+@_config_file_option
+@click.option(
+    *_flag("mixed_precision"),
+    type=click.Choice(KEYS["mixed_precision"].choices),
+    default="no",
+    show_default=True,
+    help="Mixed precision to write into the config.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing config file.")
+def config_default(config_file: str | None, mixed_precision: str, force: bool) -> None:
+    """Write a config for this machine without questions: every GPU, else one CPU process."""
+    import torch
+
+    from accel_launch.config_file import locate_config, write_config
+    from accel_launch.questionnaire import basic_config
+
+    path = locate_config(config_file).path
+    if path.exists() and not force:
+        raise ConfigProblem(f"{path}: a config file already exists; not overwritten (use --force)")
+    cuda_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        write_config(path, basic_config(mixed_precision, cuda_count))
+    except OSError as error:
+        raise ConfigProblem(f"{path}: cannot write the config file ({error})") from None
+    click.echo(f"accel: config written to {path}")
+
+
+@config.command("show", context_settings=_CONTEXT)
+@_config_file_option
+@config_key_options
+@click.pass_context
+def config_show(ctx: click.Context, config_file: str | None, **flags: Any) -> None:
+    """Print the effective config and where each value came from (default, file, env, flag)."""
+    from accel_launch.env_report import config_lines
+
+    effective, found = load_effective_config(config_file, _given_flags(ctx, flags))
+    state = "" if found else " (not found; defaults shown)"
+    click.echo(f"config file: {effective.path}{state}")
+    for line in config_lines(effective):
+        click.echo(line)
+
+
+@accel.command("test", context_settings=_CONTEXT)
+@_config_file_option
+@click.pass_context
+def test_command(ctx: click.Context, config_file: str | None) -> None:
+    """Run the diagnostic checks (`accel.diagnostics`) on the configured setup; exit 0 if all pass."""
+    if importlib.util.find_spec("accel") is None:
+        raise ConfigProblem(
+            "accel test runs the checks of the `accel` package, which is not installed (pip install accel)"
+        )
+    defaults = {"max_restarts": 0, "monitor_interval": 0.1, "module": True, "env_pairs": (), "log_dir": None}
+    options = _launch_options(ctx, {"config_file": config_file, "tee": None, **defaults})
+    click.echo(f"accel test: running {DIAGNOSTICS_MODULE} on {options.num_processes} process(es)", err=True)
+    sys.exit(_run(options, DIAGNOSTICS_MODULE, []))
+
+
+@accel.command("env", context_settings=_CONTEXT)
+@_config_file_option
+def env_command(config_file: str | None) -> None:
+    """Print versions, platform, devices and the effective config, for a bug report."""
+    from accel_launch.env_report import environment_lines
+
+    effective, found = load_effective_config(config_file, {})
+    for line in environment_lines(effective, config_found=found):
+        click.echo(line)
 
 
 def main() -> None:

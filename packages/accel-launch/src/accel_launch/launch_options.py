@@ -10,7 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
+from accel_launch.config_schema import MIXED_PRECISION_CHOICES, RDZV_BACKENDS
+
+TEE_CHOICES = ("0", "1", "2", "3")
 
 
 class LaunchOptionsError(ValueError):
@@ -34,6 +36,14 @@ class LaunchOptions:
     monitor_interval: float = 0.1
     module: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    rdzv_backend: str = "static"
+    log_dir: str | None = None
+    tee: str | None = None
+    distributed_type: str | None = None
+    gpu_ids: str | None = None
+    downcast_bf16: bool = False
+    enable_cpu_affinity: bool = False
+    dynamo_backend: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -77,6 +87,14 @@ class LaunchOptions:
         if not self.monitor_interval > 0:
             raise LaunchOptionsError(
                 f"--monitor_interval must be a positive number of seconds, got {self.monitor_interval}"
+            )
+        if self.rdzv_backend not in RDZV_BACKENDS:
+            raise LaunchOptionsError(
+                f"--rdzv_backend must be one of {', '.join(RDZV_BACKENDS)}, got {self.rdzv_backend!r}"
+            )
+        if self.tee is not None and self.tee not in TEE_CHOICES:
+            raise LaunchOptionsError(
+                f"--tee must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both), got {self.tee!r}"
             )
         for key in self.env:
             _check_env_key(key)

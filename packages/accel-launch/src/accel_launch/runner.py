@@ -25,7 +25,7 @@ def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = F
     `debug` keeps the launcher's traceback when the launcher itself fails.
     """
     os.environ.update(env)
-    _quiet_agent_logs()
+    quiet_agent_logs()
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -87,7 +87,7 @@ def _describe_exit(exitcode: int) -> str:
     return f"killed by {_signal_name(-exitcode)}" if exitcode < 0 else f"exit code {exitcode}"
 
 
-def _quiet_agent_logs() -> None:
+def quiet_agent_logs() -> None:
     # Most agent loggers take their level from LOGLEVEL when their module is imported, the others
     # from their parent logger. LOGLEVEL is set only for those imports: the workers inherit our
     # environment, and their logging is theirs to choose. A LOGLEVEL the user set wins.

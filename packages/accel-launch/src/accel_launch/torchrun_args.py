@@ -61,13 +61,27 @@ def torchrun_argv(
     argv = [
         "--nnodes", str(options.num_machines),
         "--nproc_per_node", str(options.num_processes),
-        "--node_rank", str(options.machine_rank),
-        "--master_addr", master_addr,
-        "--master_port", str(master_port),
-        "--rdzv_backend", "static",
         "--max_restarts", str(options.max_restarts),
         "--monitor_interval", str(options.monitor_interval),
     ]  # fmt: skip
+    if options.rdzv_backend == "c10d":
+        # c10d assigns node ranks at the rendezvous; machine 0 hosts the store at the endpoint.
+        argv += ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{master_port}"]
+        if options.machine_rank == 0:
+            argv += ["--rdzv_conf", "is_host=1"]
+        elif options.is_multi_machine:
+            argv += ["--rdzv_conf", "is_host=0"]
+    else:
+        argv += [
+            "--node_rank", str(options.machine_rank),
+            "--master_addr", master_addr,
+            "--master_port", str(master_port),
+            "--rdzv_backend", "static",
+        ]  # fmt: skip
+    if options.log_dir is not None:
+        argv += ["--log_dir", options.log_dir]
+    if options.tee is not None:
+        argv += ["--tee", options.tee]
     if options.module:
         argv.append("--module")
     # The script marks the end of torchrun's flags: argparse's REMAINDER keeps what follows as is.
@@ -87,6 +101,16 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.GRADIENT_ACCUMULATION_STEPS] = str(options.gradient_accumulation_steps)
     if options.debug:
         env[env_vars.DEBUG_MODE] = "1"
+    if options.distributed_type is not None:
+        env[env_vars.DISTRIBUTED_TYPE] = options.distributed_type
+    if options.downcast_bf16:
+        env[env_vars.DOWNCAST_BF16] = "1"
+    if options.enable_cpu_affinity:
+        env[env_vars.ENABLE_CPU_AFFINITY] = "1"
+    if options.dynamo_backend is not None:
+        env[env_vars.DYNAMO_BACKEND] = options.dynamo_backend
+    if options.gpu_ids not in (None, "all") and not options.cpu:
+        env["CUDA_VISIBLE_DEVICES"] = str(options.gpu_ids)
     if options.num_processes > 1 and "OMP_NUM_THREADS" not in environ:
         # torchrun would set the same value, but with a banner warning on every launch.
         env["OMP_NUM_THREADS"] = "1"

@@ -17,6 +17,10 @@ from accel_state.partial_state import PartialState
 from accel_state.shape_check import verify_shapes_match
 
 
+# torch 2.13 renamed all_gather_into_tensor (now deprecated); older releases only have the old name.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def _state() -> PartialState:
     return PartialState()
 
@@ -42,7 +46,7 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
         dtype=tensor.dtype,
         device=tensor.device,
     )
-    dist.all_gather_into_tensor(out, tensor)
+    _all_gather_single(out, tensor)
     return out
 
 

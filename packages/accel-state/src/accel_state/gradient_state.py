@@ -26,7 +26,9 @@ class GradientState:
 
     @classmethod
     def _reset_state(cls) -> None:
+        # Clear, then fill the defaults back in: instances built before the reset share this dict.
         cls._shared_state.clear()
+        cls()
 
     @property
     def active_dataloader(self) -> Any:

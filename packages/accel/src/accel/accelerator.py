@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from accel import metrics as _metrics
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.prepared_objects import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
-from accel_data import DataLoaderShard, prepare_data_loader
+from accel_data import even_batches_overridden, prepare_data_loader, skip_first_batches
 from accel_state import (
     AcceleratorState,
     GradientState,
@@ -72,7 +73,7 @@ class Accelerator:
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[DataLoaderShard] = []
+        self._dataloaders: list[DataLoader] = []
 
     # Facts about this process --------------------------------------------------------------
     @property
@@ -232,7 +233,7 @@ class Accelerator:
         self._schedulers.append(wrapped)
         return wrapped
 
-    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> DataLoaderShard:
+    def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> DataLoader:
         """Return `data_loader` sharded for this process, its batches placed on the device."""
         config = self.dataloader_config
         placement = self.device_placement if device_placement is None else device_placement
@@ -246,9 +247,17 @@ class Accelerator:
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,
             use_seedable_sampler=config.use_seedable_sampler,
+            dispatch_batches=config.dispatch_batches,
         )
         self._dataloaders.append(prepared)
         return prepared
+
+    def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+        """Return a loader that resumes `dataloader`'s current epoch after `num_batches` batches.
+
+        Skipped batches are never loaded; later epochs run in full from the original loader.
+        """
+        return skip_first_batches(dataloader, num_batches)
 
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -273,6 +282,21 @@ class Accelerator:
             if not self.sync_gradients:
                 for model in models:
                     stack.enter_context(self.backend.no_sync(model))
+            yield
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """Train on ranks with different numbers of batches: ranks that run out early shadow the
+        others' collectives (torch's `Join`). `even_batches` overrides the prepared loaders' setting
+        inside the block."""
+        if not self.use_distributed:
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        with even_batches_overridden(self._dataloaders, even_batches), Join(joinables):
             yield
 
     @contextlib.contextmanager
@@ -354,4 +378,3 @@ class Accelerator:
     def end_training(self) -> None:
         """Wait for every process so that none exits while others still communicate."""
         self.wait_for_everyone()
-

@@ -14,3 +14,6 @@ class DataLoaderConfiguration:
     use_seedable_sampler: bool = True
     non_blocking: bool = False
     data_seed: int | None = None
+    # None: the main process reads and dispatches batches of iterable datasets, map-style ones are
+    # sharded by index on every rank.
+    dispatch_batches: bool | None = None

@@ -1,0 +1,175 @@
+"""The effective config: defaults < config file < ACCEL_* env vars < flags, with where each value came from.
+
+Combination checks run here, on the merged values, so that an error names the flag, the env var or
+the file key that holds the offending value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel_launch.config_schema import (
+    KEYS,
+    LAUNCHABLE_DISTRIBUTED_TYPES,
+    ConfigError,
+    coerce_value,
+)
+
+DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
+
+
+@dataclass(frozen=True)
+class EffectiveConfig:
+    """Every key's value and its source ("default", "file", "env" or "flag"), and the file read."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+    path: Path | None = None
+    env_names: dict[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def given(self, name: str) -> Any:
+        """Return the value of `name` if someone set it (file, env or flag), else None."""
+        return None if self.sources[name] == DEFAULT else self.values[name]
+
+    def where(self, name: str) -> str:
+        """Return where `name` was set, as a prefix for an error message."""
+        source = self.sources[name]
+        if source == FLAG:
+            return f"--{name}"
+        if source == ENV:
+            return f"environment variable {self.env_names[name]}"
+        if source == FILE:
+            return f"{self.path}: key '{name}'"
+        return f"default {name}"
+
+
+def config_env_names() -> dict[str, str]:
+    """Return the ACCEL_* env var that may set each config key (names from accel_state.env_vars)."""
+    from accel_state import env_vars
+
+    return {
+        "use_cpu": env_vars.USE_CPU,
+        "mixed_precision": env_vars.MIXED_PRECISION,
+        "gradient_accumulation_steps": env_vars.GRADIENT_ACCUMULATION_STEPS,
+        "debug": env_vars.DEBUG_MODE,
+        "downcast_bf16": env_vars.DOWNCAST_BF16,
+        "enable_cpu_affinity": env_vars.ENABLE_CPU_AFFINITY,
+        "dynamo_backend": env_vars.DYNAMO_BACKEND,
+    }
+
+
+def resolve_config(
+    file_values: Mapping[str, Any] | None,
+    flags: Mapping[str, Any],
+    *,
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> EffectiveConfig:
+    """Return the merged config; `flags` holds only the flags given on the command line."""
+    environ = os.environ if environ is None else environ
+    env_names = config_env_names()
+    values = {name: key.default for name, key in KEYS.items()}
+    sources = dict.fromkeys(KEYS, DEFAULT)
+    for name, value in (file_values or {}).items():
+        if value is not None:
+            values[name], sources[name] = value, FILE
+    for name, var in env_names.items():
+        raw = environ.get(var)
+        if raw is not None and raw.strip() != "":
+            values[name], sources[name] = _env_value(name, var, raw.strip()), ENV
+    for name, value in flags.items():
+        if value is not None:
+            values[name], sources[name] = value, FLAG
+    dynamo = values.get("dynamo_config") or {}
+    if values["dynamo_backend"] is None and isinstance(dynamo, dict) and dynamo.get("dynamo_backend"):
+        values["dynamo_backend"], sources["dynamo_backend"] = (
+            str(dynamo["dynamo_backend"]),
+            sources["dynamo_config"],
+        )
+    config = EffectiveConfig(values, sources, path, env_names)
+    check_combinations(config)
+    return config
+
+
+def _env_value(name: str, var: str, raw: str) -> Any:
+    key = KEYS[name]
+    value: Any = raw
+    if key.kind == "bool":
+        words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "off": False}
+        if raw.lower() not in words and raw.lower() != "no":
+            raise ConfigError(f"environment variable {var}={raw!r} is not a boolean (use 1/0, true/false)")
+        value = words.get(raw.lower(), False)
+    elif key.kind == "int":
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(f"environment variable {var}={raw!r} is not an integer") from None
+    try:
+        return coerce_value(key, value)
+    except ConfigError as error:
+        raise ConfigError(f"environment variable {var} {error}") from None
+
+
+def infer_distributed_type(config: EffectiveConfig, cuda_available: bool) -> str:
+    """Return the distributed type to run: the one set, else NO / MULTI_CPU / MULTI_GPU from the counts."""
+    chosen = config.given("distributed_type")
+    if chosen is not None:
+        return chosen
+    if config["num_processes"] * config["num_machines"] == 1:
+        return "NO"
+    return "MULTI_GPU" if cuda_available and not config["use_cpu"] else "MULTI_CPU"
+
+
+def check_combinations(config: EffectiveConfig) -> None:
+    """Raise ConfigError for values that cannot go together, naming where the culprit was set."""
+    values = config.values
+    if values["machine_rank"] >= values["num_machines"]:
+        raise ConfigError(
+            f"{config.where('machine_rank')} must be below num_machines ({values['num_machines']}), "
+            f"got {values['machine_rank']}"
+        )
+    if values["num_machines"] > 1 and not values["main_process_ip"]:
+        raise ConfigError(
+            f"{config.where('num_machines')} is {values['num_machines']} but main_process_ip is not set "
+            "(--main_process_ip: the address of the machine with machine_rank 0)"
+        )
+    if values["main_process_port"] is not None and values["main_process_port"] > 65535:
+        raise ConfigError(
+            f"{config.where('main_process_port')} must be in [1, 65535], got {values['main_process_port']}"
+        )
+    distributed_type = config.given("distributed_type")
+    if distributed_type is None:
+        return
+    where = config.where("distributed_type")
+    if distributed_type == "NO" and values["num_processes"] * values["num_machines"] > 1:
+        culprit = "num_processes" if values["num_processes"] > 1 else "num_machines"
+        raise ConfigError(
+            f"{where} is NO (one process) but {config.where(culprit)} is {values[culprit]}; "
+            "use MULTI_CPU or MULTI_GPU"
+        )
+    if values["use_cpu"] and distributed_type not in ("NO", "MULTI_CPU"):
+        raise ConfigError(
+            f"{where} is {distributed_type} but {config.where('use_cpu')} is true; use MULTI_CPU on the CPU"
+        )
+
+
+def check_launchable(config: EffectiveConfig) -> None:
+    """Raise ConfigError when the distributed type is valid but not one `accel launch` can start yet."""
+    distributed_type = config.given("distributed_type")
+    if distributed_type is not None and distributed_type not in LAUNCHABLE_DISTRIBUTED_TYPES:
+        raise ConfigError(
+            f"{config.where('distributed_type')} is {distributed_type}, which accel launch cannot start yet "
+            f"(supported: {', '.join(LAUNCHABLE_DISTRIBUTED_TYPES)})"
+        )
+    if config["compute_environment"] != "LOCAL_MACHINE":
+        raise ConfigError(
+            f"{config.where('compute_environment')} is {config['compute_environment']}, "
+            "which accel launch cannot start (only LOCAL_MACHINE)"
+        )

@@ -1,0 +1,148 @@
+"""`notebook_launcher`: run a function on N processes from a notebook or a plain Python session.
+
+The workers are forked (they see the notebook's functions without pickling them) and watched by
+torch's elastic agent, on a static rendezvous at 127.0.0.1 and a free port.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from accel_launch.ports import LOCALHOST, find_free_port
+
+
+class NotebookLaunchError(RuntimeError):
+    """The function cannot be started on several processes here, or a rank failed; the message says which."""
+
+
+def notebook_launcher(
+    function: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    num_processes: int | None = None,
+    mixed_precision: str = "no",
+    use_port: int | str | None = None,
+    master_addr: str = LOCALHOST,
+    max_restarts: int = 0,
+    monitor_interval: float = 0.1,
+    cpu: bool | None = None,
+) -> list[Any]:
+    """Return `function(*args)` as computed on each process, ordered by rank.
+
+    `num_processes` of 1 (or None on a machine without CUDA) calls `function` in this process.
+    Otherwise N processes are forked, each with RANK/WORLD_SIZE/... and ACCEL_* env vars set like
+    `accel launch` sets them (ACCEL_USE_CPU on a CPU-only run, ACCEL_MIXED_PRECISION).
+    """
+    if num_processes is not None and num_processes < 1:
+        raise NotebookLaunchError(f"num_processes must be at least 1, got {num_processes}")
+    import torch
+
+    cuda = torch.cuda.is_available() and not cpu
+    use_cpu = not cuda if cpu is None else cpu
+    if num_processes is None:
+        num_processes = torch.cuda.device_count() if cuda else 1
+    env = _worker_env(use_cpu, mixed_precision, num_processes)
+    if num_processes == 1:
+        with _environment(env):
+            return [function(*args)]
+    _check_fork_is_safe()
+    return _launch(function, args, num_processes, env, master_addr, use_port, max_restarts, monitor_interval)
+
+
+def _worker_env(use_cpu: bool, mixed_precision: str, num_processes: int) -> dict[str, str]:
+    from accel_state import env_vars
+
+    env = {env_vars.LAUNCHED: "1", env_vars.MIXED_PRECISION: mixed_precision}
+    if use_cpu:
+        env[env_vars.USE_CPU] = "1"
+    if num_processes > 1 and "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _check_fork_is_safe() -> None:
+    """Raise NotebookLaunchError naming why forking this process would break the workers."""
+    if not sys.platform.startswith("linux"):
+        raise NotebookLaunchError(
+            f"notebook_launcher forks its workers, which is only safe on Linux (this is {sys.platform}); "
+            "put the code in a script and use `accel launch`"
+        )
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise NotebookLaunchError(
+            "CUDA was already initialised in this process; forked workers cannot use it. Restart the "
+            "notebook and call notebook_launcher before anything touches CUDA (moving a tensor or model "
+            "to 'cuda', torch.cuda.device_count() is fine)"
+        )
+    from accel_state import PartialState
+
+    if PartialState._shared_state:
+        raise NotebookLaunchError(
+            "an Accelerator (or PartialState) was already created in this process; create it inside the "
+            "function given to notebook_launcher instead"
+        )
+
+
+def _launch(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    num_processes: int,
+    env: Mapping[str, str],
+    master_addr: str,
+    use_port: int | str | None,
+    max_restarts: int,
+    monitor_interval: float,
+) -> list[Any]:
+    from accel_launch.runner import quiet_agent_logs
+
+    quiet_agent_logs()
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    port = int(use_port) if use_port is not None else find_free_port(master_addr)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=num_processes,
+        run_id=f"accel-notebook-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="static",
+        rdzv_endpoint=f"{master_addr}:{port}",
+        rdzv_configs={"rank": 0},
+        max_restarts=max_restarts,
+        monitor_interval=monitor_interval,
+        start_method="fork",
+    )
+    try:
+        with _environment(env):
+            results = elastic_launch(config, function)(*args)
+    except ChildFailedError as error:
+        rank, failure = min(error.failures.items())
+        raise NotebookLaunchError(
+            f"rank {rank} of {num_processes} failed (exit code {failure.exitcode}): "
+            f"{_first_line(failure.message)}"
+        ) from error
+    return [results[rank] for rank in sorted(results)]
+
+
+@contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    """Set `env` in os.environ for the block (forked workers inherit it), then restore it."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _first_line(message: Any) -> str:
+    text = str(message or "").strip()
+    return text.splitlines()[0] if text else "see the rank's output above"

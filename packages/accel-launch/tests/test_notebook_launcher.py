@@ -1,0 +1,57 @@
+"""notebook_launcher: forks N ranks through torch's elastic agent (real processes), or runs in-process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from accel_launch import NotebookLaunchError, notebook_launcher
+
+
+def record_rank(folder: str, value: int) -> dict[str, object]:
+    """Write this rank's view to a file and return it (module level, as a notebook cell would define)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    ranks: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, dist.get_rank())
+    dist.destroy_process_group()
+    view = {"rank": int(os.environ["RANK"]), "world": ranks, "cpu": os.environ.get("ACCEL_USE_CPU"),
+            "precision": os.environ.get("ACCEL_MIXED_PRECISION"), "value": value}  # fmt: skip
+    Path(folder, f"rank_{view['rank']}").write_text(repr(view))
+    return view
+
+
+def fail_on_rank_one() -> None:
+    if os.environ["RANK"] == "1":
+        raise ValueError("rank one is unhappy")
+
+
+def test_notebook_launcher_runs_two_gloo_ranks(tmp_path):
+    results = notebook_launcher(record_rank, (str(tmp_path), 5), num_processes=2, mixed_precision="bf16")
+    assert [r["rank"] for r in results] == [0, 1]
+    for result in results:
+        assert result["world"] == [0, 1]
+        assert (result["cpu"], result["precision"], result["value"]) == ("1", "bf16", 5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0", "rank_1"]
+    assert "ACCEL_USE_CPU" not in os.environ  # restored after the launch
+
+
+def test_notebook_launcher_one_process_runs_in_process():
+    assert notebook_launcher(os.getpid, num_processes=1) == [os.getpid()]
+    assert notebook_launcher(os.getpid) == [os.getpid()]  # None on a CPU machine
+
+
+def test_notebook_launcher_names_the_failing_rank():
+    with pytest.raises(NotebookLaunchError, match="rank 1 of 2 failed"):
+        notebook_launcher(fail_on_rank_one, num_processes=2)
+
+
+def test_notebook_launcher_refuses_after_cuda_was_initialised(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with pytest.raises(NotebookLaunchError, match="CUDA was already initialised in this process"):
+        notebook_launcher(fail_on_rank_one, num_processes=2)
