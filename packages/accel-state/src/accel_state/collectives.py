@@ -16,7 +16,6 @@ from accel_state.nested import recursively_apply
 from accel_state.partial_state import PartialState
 from accel_state.shape_check import verify_shapes_match
 
-
 # torch 2.13 renamed all_gather_into_tensor (now deprecated); older releases only have the old name.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
