@@ -108,6 +108,7 @@ def example(session: nox.Session) -> None:
 
 @nox.session
 def benchmark(session: nox.Session) -> None:
-    """Overhead of accel against a hand-written DDP loop, measured in the same run."""
+    """Every benchmark: each measures accel against raw PyTorch in the same run."""
     install_packages(session, "accel", extra="test")
-    session.run("python", str(ROOT / "benchmarks" / "overhead.py"), *session.posargs)
+    for script in ("overhead.py", "data_loader.py", "precision.py", "launch_overhead.py"):
+        session.run("python", str(ROOT / "benchmarks" / script))

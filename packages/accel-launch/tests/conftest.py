@@ -13,7 +13,10 @@ import pytest
 def _isolated_config(tmp_path_factory, monkeypatch):
     """Keep the user's own config file (and a config named by env) out of every test."""
     monkeypatch.setenv("ACCEL_HOME", str(tmp_path_factory.mktemp("accel-home")))
-    monkeypatch.delenv("ACCEL_CONFIG_FILE", raising=False)
+    # Options the test session itself may carry (nox sets ACCEL_DEBUG_MODE) would beat the defaults.
+    for name in list(os.environ):
+        if name.startswith("ACCEL_") and name != "ACCEL_HOME":
+            monkeypatch.delenv(name)
 
 
 def _is_running(pid: int) -> bool:
