@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from accel import metrics as _metrics
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.prepared_objects import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
+from accel.process_control import ProcessControl
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
 from accel_data import even_batches_overridden, prepare_data_loader, skip_first_batches
 from accel_state import (
@@ -37,7 +38,7 @@ def _resolve_accumulation_steps(requested: int | None) -> int:
     return steps
 
 
-class Accelerator:
+class Accelerator(ProcessControl):
     """Runs a plain PyTorch training loop on whatever the launcher set up."""
 
     def __init__(
@@ -75,43 +76,7 @@ class Accelerator:
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DataLoader] = []
 
-    # Facts about this process --------------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        return self.state.device
-
-    @property
-    def distributed_type(self) -> Any:
-        return self.state.distributed_type
-
-    @property
-    def num_processes(self) -> int:
-        return self.state.num_processes
-
-    @property
-    def process_index(self) -> int:
-        return self.state.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.state.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.state.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.state.is_last_process
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.state.use_distributed
-
+    # The run's options -----------------------------------------------------------------------
     @property
     def mixed_precision(self) -> str:
         return self.state.mixed_precision
@@ -140,34 +105,6 @@ class Accelerator:
     def optimizer_step_was_skipped(self) -> bool:
         """True when the last optimizer step was skipped (fp16 overflow)."""
         return any(opt.step_was_skipped for opt in self._optimizers)
-
-    # Process control (delegated to the shared state) ---------------------------------------
-    def wait_for_everyone(self) -> None:
-        self.state.wait_for_everyone()
-
-    def main_process_first(self) -> contextlib.AbstractContextManager:
-        return self.state.main_process_first()
-
-    def local_main_process_first(self) -> contextlib.AbstractContextManager:
-        return self.state.local_main_process_first()
-
-    def on_main_process(self, function: Callable) -> Callable:
-        return self.state.on_main_process(function)
-
-    def on_local_main_process(self, function: Callable) -> Callable:
-        return self.state.on_local_main_process(function)
-
-    def on_last_process(self, function: Callable) -> Callable:
-        return self.state.on_last_process(function)
-
-    def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Any:
-        return self.state.on_process(function, process_index=process_index)
-
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Any:
-        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        self.state.print(*args, **kwargs)
 
     # Preparing the training objects --------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
@@ -285,9 +222,7 @@ class Accelerator:
             yield
 
     @contextlib.contextmanager
-    def join_uneven_inputs(
-        self, joinables: list[Any], even_batches: bool | None = None
-    ) -> Iterator[None]:
+    def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Iterator[None]:
         """Train on ranks with different numbers of batches: ranks that run out early shadow the
         others' collectives (torch's `Join`). `even_batches` overrides the prepared loaders' setting
         inside the block."""
