@@ -187,6 +187,24 @@ class DataLoaderShard(DataLoader):
         self._position.resume = None
         return skip
 
+    def _resumed_batches(self, skip: int) -> Iterator[Any]:
+        """Return the pass's iterator; a resumed pass leaves the random generators as it found them.
+
+        Starting a DataLoader iterator draws a seed from the loader's generator (torch's global one
+        by default). An uninterrupted run drew it at the start of the epoch, before the state that
+        a checkpoint restored was taken; drawing it again would shift every later random draw.
+        """
+        if not skip:
+            return self._batches(0)
+        generator = self.generator
+        saved = generator.get_state() if generator is not None else torch.get_rng_state()
+        batches = self._batches(skip)
+        if generator is not None:
+            generator.set_state(saved)
+        else:
+            torch.set_rng_state(saved)
+        return batches
+
     def _batches(self, skip: int) -> Iterator[Any]:
         if not skip:
             return super().__iter__()
@@ -238,7 +256,7 @@ class DataLoaderShard(DataLoader):
         position.batches_yielded, position.finishing = skip, False
         self._gradient_state._add_dataloader(self)
         try:
-            batches = self._batches(skip)
+            batches = self._resumed_batches(skip)
             try:
                 current = next(batches)
             except StopIteration:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from accel_state.nested import recursively_apply
 from accel_state.partial_state import PartialState
 from accel_state.shape_check import verify_shapes_match
+from accel_state.timeouts import names_collective
 
 # torch 2.13 renamed all_gather_into_tensor (now deprecated); older releases only have the old name.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -29,6 +30,7 @@ def _check_shapes(operation: str, data: Any, ignore_dim: int | None = None) -> N
         verify_shapes_match(operation, data, ignore_dim=ignore_dim)
 
 
+@names_collective("barrier")
 def barrier() -> None:
     """Wait for every process; a no-op when not distributed."""
     if _state().use_distributed:
@@ -49,6 +51,7 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@names_collective("gather")
 def gather(data: Any) -> Any:
     """Return every rank's tensors concatenated along dim 0, in rank order, on every rank."""
     state = _state()
@@ -58,6 +61,7 @@ def gather(data: Any) -> Any:
     return recursively_apply(_gather_one, data, error_on_other_type=True, name="gather")
 
 
+@names_collective("gather_object")
 def gather_object(obj: Any) -> list[Any]:
     """Return every rank's picklable `obj`; lists and tuples are concatenated in rank order."""
     state = _state()
@@ -70,6 +74,7 @@ def gather_object(obj: Any) -> list[Any]:
     return per_rank
 
 
+@names_collective("broadcast")
 def broadcast(data: Any, from_process: int = 0) -> Any:
     """Return `data` as held by rank `from_process`, on every rank (tensors are updated in place)."""
     state = _state()
@@ -84,6 +89,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     return recursively_apply(send, data, error_on_other_type=True, name="broadcast")
 
 
+@names_collective("broadcast_object_list")
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
     """Fill the list `objects` in place with rank `from_process`'s picklable items and return it."""
     if _state().use_distributed:
@@ -94,6 +100,7 @@ def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any
 _REDUCTIONS = ("sum", "mean", "none")
 
 
+@names_collective("reduce")
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """Return the element-wise sum (or mean) over ranks of every tensor, times `scale`."""
     if reduction not in _REDUCTIONS:
@@ -113,6 +120,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     return recursively_apply(combine, data, error_on_other_type=True, name="reduce")
 
 
+@names_collective("pad_across_processes")
 def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
     """Return tensors padded with `pad_index` along `dim` to the largest size any rank holds."""
     state = _state()
@@ -142,6 +150,7 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first:
     return recursively_apply(pad, data, error_on_other_type=True, name="pad_across_processes")
 
 
+@names_collective("gather_uneven")
 def gather_uneven(data: Any) -> Any:
     """Like `gather`, but each rank's tensors may differ in size along dim 0 (other dims must match)."""
     state = _state()

@@ -107,8 +107,10 @@ class PartialState:
         """Block until every process reaches this point (a no-op on one process)."""
         if self.use_distributed:
             from accel_state.collectives import barrier
+            from accel_state.timeouts import named_collective
 
-            barrier()
+            with named_collective("wait_for_everyone"):
+                barrier()
 
     @contextlib.contextmanager
     def _goes_first(self, is_first: bool) -> Iterator[None]:

@@ -3,6 +3,7 @@
 from accel.__about__ import __version__
 from accel.accelerator import Accelerator
 from accel.dataloader_config import DataLoaderConfiguration
+from accel.project_config import ProjectConfiguration
 from accel_state import (
     AcceleratorState,
     DistributedType,
@@ -18,6 +19,7 @@ __all__ = [
     "DistributedType",
     "GradientState",
     "PartialState",
+    "ProjectConfiguration",
     "__version__",
     "set_seed",
 ]

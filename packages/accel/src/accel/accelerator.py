@@ -9,16 +9,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
+from accel import checkpointing
 from accel import metrics as _metrics
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.prepared_objects import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
 from accel.process_control import ProcessControl
+from accel.project_config import ProjectConfiguration
+from accel.weight_files import save_model
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
 from accel_data import even_batches_overridden, prepare_data_loader, skip_first_batches
 from accel_state import (
@@ -54,6 +57,8 @@ class Accelerator(ProcessControl):
         dataloader_config: DataLoaderConfiguration | None = None,
         timeout: datetime.timedelta | float | None = None,
         ddp_kwargs: dict[str, Any] | None = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
     ) -> None:
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, timeout=timeout)
         self.device_placement = device_placement
@@ -75,6 +80,10 @@ class Accelerator(ProcessControl):
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[DataLoader] = []
+        self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
+        if project_dir is not None and project_config is not None:
+            self.project_configuration.set_directories(project_dir)
+        self._checkpoint_registry = checkpointing.CheckpointRegistry()
 
     # The run's options -----------------------------------------------------------------------
     @property
@@ -300,12 +309,51 @@ class Accelerator(ProcessControl):
         else:
             torch.save(obj, f)
 
+    # Checkpoints ----------------------------------------------------------------------------
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def save_iteration(self) -> int:
+        return self.project_configuration.iteration
+
+    def save_state(self, output_dir: str | None = None, safe_serialization: bool = True) -> str:
+        """Save models, optimizers, schedulers, scaler, RNG states, loader positions and registered
+        objects atomically into `output_dir` (or the next `checkpoint_<n>`); return the folder."""
+        return checkpointing.save_state(self, output_dir, safe_serialization=safe_serialization)
+
+    def load_state(self, input_dir: str | None = None, restore_dataloader_position: bool = False) -> str:
+        """Restore what `save_state` wrote; return the folder loaded."""
+        return checkpointing.load_state(self, input_dir, restore_dataloader_position)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Include `objects` (each with state_dict/load_state_dict) in save_state/load_state."""
+        self._checkpoint_registry.register_for_checkpointing(*objects)
+
+    def register_save_state_pre_hook(self, hook: Callable) -> Any:
+        return self._checkpoint_registry.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(self, hook: Callable) -> Any:
+        return self._checkpoint_registry.register_load_state_pre_hook(hook)
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Write `model`'s weights (from the main process) as sharded safetensors with an index."""
+        save_model(self, model, save_directory, max_shard_size, safe_serialization)
+
     def free_memory(self) -> None:
         """Forget the prepared objects so they can be garbage collected."""
         self._models.clear()
         self._optimizers.clear()
         self._schedulers.clear()
         self._dataloaders.clear()
+        self._checkpoint_registry.custom_objects.clear()
         self.step = 0
 
     clear = free_memory
