@@ -44,3 +44,18 @@ def running_pids() -> Callable[[Path], list[int]]:
         return [pid for pid in pids if _is_running(pid)]
 
     return running
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """Record what would be handed to torch.distributed.run instead of running it."""
+    from accel_launch import runner
+
+    calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def fake_run(argv, env, *, debug=False):
+        calls.append((list(argv), dict(env)))
+        return 0
+
+    monkeypatch.setattr(runner, "run_torchrun", fake_run)
+    return calls

@@ -6,7 +6,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from accel_launch import runner
 from accel_launch.cli import accel
 
 
@@ -19,18 +18,6 @@ def _no_config_env(monkeypatch):
         "ACCEL_GRADIENT_ACCUMULATION_STEPS",
     ):
         monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def launched(monkeypatch):
-    calls: list[tuple[list[str], dict[str, str]]] = []
-
-    def fake_run(argv, env, *, debug=False):
-        calls.append((list(argv), dict(env)))
-        return 0
-
-    monkeypatch.setattr(runner, "run_torchrun", fake_run)
-    return calls
 
 
 @pytest.fixture

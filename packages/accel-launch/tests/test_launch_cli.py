@@ -20,19 +20,6 @@ def script(tmp_path):
     return str(path)
 
 
-@pytest.fixture
-def launched(monkeypatch):
-    """Record what would be handed to torch.distributed.run instead of running it."""
-    calls: list[tuple[list[str], dict[str, str]]] = []
-
-    def fake_run(argv, env, *, debug=False):
-        calls.append((list(argv), dict(env)))
-        return 0
-
-    monkeypatch.setattr(runner, "run_torchrun", fake_run)
-    return calls
-
-
 def _error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("Error:")]
 
