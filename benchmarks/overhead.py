@@ -4,7 +4,7 @@ Both run the same MLP (3 Linear layers of width 512, batch 64, one thread per pr
 processes; runs alternate so that drift in the machine's speed hits both alike. Prints the ratio
 of medians (target: >= 0.99).
 
-    python benchmarks/overhead.py [--rounds 5] [--steps 300]
+    python benchmarks/overhead.py [--rounds 7] [--steps 300]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def run_once(mode: str, processes: int, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
