@@ -11,11 +11,14 @@ from __future__ import annotations
 import atexit
 import datetime
 import gc
+import os
 
 import torch.distributed as dist
 
 from accel_state.launch_env import LaunchEnvironment, export_for_torch
 
+# Set by torchrun's agent in every worker: how many times the worker group was restarted.
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 _teardown_registered = False
 
 
@@ -24,15 +27,43 @@ def init_process_group(found: LaunchEnvironment, backend: str, timeout: datetime
     if dist.is_initialized():
         return False
     export_for_torch(found)
-    dist.init_process_group(
-        backend=backend,
-        init_method="env://",
-        rank=found.rank,
-        world_size=found.world_size,
-        timeout=timeout,
-    )
+    attempt = os.environ.get(RESTART_COUNT)
+    if attempt is None:
+        dist.init_process_group(
+            backend=backend,
+            init_method="env://",
+            rank=found.rank,
+            world_size=found.world_size,
+            timeout=timeout,
+        )
+    else:
+        dist.init_process_group(
+            backend=backend,
+            store=dist.PrefixStore(f"accel/attempt_{attempt}/", _elastic_store(found, timeout)),
+            rank=found.rank,
+            world_size=found.world_size,
+            timeout=timeout,
+        )
     _register_teardown()
     return True
+
+
+def _elastic_store(found: LaunchEnvironment, timeout: datetime.timedelta) -> dist.Store:
+    """Return the job's TCPStore, as torch's env:// rendezvous would open it.
+
+    Under torchrun's static rendezvous the agent keeps one store across restarts of the worker
+    group, so the keys of a failed attempt (peer addresses, barrier counts) are still there and a
+    restarted group can hang or connect to dead peers; each attempt therefore gets its own prefix.
+    """
+    uses_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    return dist.TCPStore(
+        host_name=str(found.master_addr),
+        port=int(found.master_port or 0),
+        world_size=found.world_size,
+        is_master=not uses_agent_store and found.rank == 0,
+        timeout=timeout,
+        multi_tenant=not uses_agent_store,
+    )
 
 
 def _register_teardown() -> None:
