@@ -1,8 +1,9 @@
 """Save and load time of a ~200 MB model with its AdamW state: save_state/load_state vs plain torch.
 
 The baseline writes and reads the same state dicts with torch.save/torch.load(weights_only=True)
-and loads them into the model and optimizer. save_state adds safetensors weights, per-file
-sha256 (hashed on a second thread while writing/parsing), JSON metadata and an atomic rename.
+and loads them into the model and optimizer. save_state adds safetensors weights (or torch files
+with safe_serialization=False, measured too), a content digest of every file (checked on every
+load), the random states, JSON metadata and an atomic rename.
 Target: both ratios <= 1.1. Prints the best of `--repeats` runs of each, and the ratios.
 
     python benchmarks/checkpoint.py [--megabytes 200] [--repeats 3] [--dir DIR]
@@ -68,16 +69,23 @@ def main() -> None:
                 model.load_state_dict(torch.load(plain / "model.bin", weights_only=True))
                 optimizer.load_state_dict(torch.load(plain / "optimizer.bin", weights_only=True))
 
+            accel_dir, torch_format_dir = root / "accel", root / "accel-torch-format"
             results = {
                 "save": (best_of(args.repeats, torch_save),
-                         best_of(args.repeats, lambda: save_state(accelerator, root / "accel"))),
+                         best_of(args.repeats, lambda: save_state(accelerator, accel_dir))),
                 "load": (best_of(args.repeats, torch_load),
-                         best_of(args.repeats, lambda: load_state(accelerator, root / "accel"))),
+                         best_of(args.repeats, lambda: load_state(accelerator, accel_dir))),
+                "save (safe_serialization=False)": (
+                    best_of(args.repeats, torch_save),
+                    best_of(args.repeats, lambda: save_state(accelerator, torch_format_dir, False))),
+                "load (safe_serialization=False)": (
+                    best_of(args.repeats, torch_load),
+                    best_of(args.repeats, lambda: load_state(accelerator, torch_format_dir))),
             }  # fmt: skip
         print(f"model {size:.0f} MiB + AdamW state ({3 * size:.0f} MiB in all), best of {args.repeats}")
         for name, (baseline, ours) in results.items():
             print(
-                f"{name}: torch {baseline:.3f} s, save_state/load_state {ours:.3f} s, "
+                f"{name}: torch {baseline:.3f} s, accel {ours:.3f} s, "
                 f"ratio {ours / baseline:.2f} (target <= 1.1)"
             )
     finally:

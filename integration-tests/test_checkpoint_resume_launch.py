@@ -6,6 +6,7 @@ kills).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -122,6 +123,11 @@ def test_resume_in_fresh_jobs_matches_uninterrupted_run_launch(
     resumed = run_on_ranks(train_segment, 2, folder, start, None, mixed_precision, accumulation)
     for rank in range(2):
         assert _max_diff(resumed[rank], reference[rank]) <= TOLERANCE
+    saved = list(Path(folder).rglob("checkpoint.json"))
+    assert saved
+    for metadata in saved:  # each rank's files are checked by what they hold
+        files = json.loads(metadata.read_text())["files"]
+        assert all("content" in files[f"random_states_{rank}.pt"] for rank in range(2)), metadata
 
 
 # SIGKILL during saves ----------------------------------------------------------------------------------

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import random
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -94,8 +98,10 @@ def test_files_and_metadata(tmp_path):
         "random_states_0.pt", "scaler.pt", "scheduler.bin", "training_state.json",
     ])  # fmt: skip
     meta = json.loads((folder / METADATA_NAME).read_text())
-    assert meta["num_processes"] == 1 and meta["format_version"] == 1
+    assert meta["num_processes"] == 1 and meta["format_version"] == 2
     assert meta["files"]["model.safetensors"]["size"] == (folder / "model.safetensors").stat().st_size
+    assert set(meta["files"]["optimizer.bin"]) == {"size", "content"}  # tensors: checked by what they hold
+    assert set(meta["files"]["training_state.json"]) == {"size", "sha256"}  # small files: by their bytes
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
@@ -183,15 +189,29 @@ def test_save_and_load_hooks(tmp_path):
     assert (tmp_path / "d" / "model.safetensors").exists() and len(calls) == 2
 
 
+def _record_start(torch_file: bytes, name: str) -> tuple[int, int]:
+    """Return the offset and size of record `name` ("data/0", "data.pkl") in a torch.save file."""
+    entries = zipfile.ZipFile(io.BytesIO(torch_file)).infolist()
+    entry = next(i for i in entries if i.filename.endswith("/" + name))
+    start = entry.header_offset  # the local header: 30 bytes, the name, then the extra field
+    name_length, extra_length = struct.unpack("<HH", torch_file[start + 26 : start + 30])
+    return start + 30 + name_length + extra_length, entry.file_size
+
+
 def test_corrupt_truncated_and_foreign_checkpoints_fail_naming_the_file(tmp_path):
-    acc, *_ = _setup()
+    acc, model, optimizer, scheduler, loader, counter = _setup()
+    _train(acc, model, optimizer, scheduler, list(loader)[:1], counter)  # AdamW now holds tensors
     folder = Path(save_state(acc, tmp_path / "c"))
     optimizer_file = folder / "optimizer.bin"
-    data = bytearray(optimizer_file.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    optimizer_file.write_bytes(data)
-    with pytest.raises(CheckpointError, match=r"optimizer\.bin is corrupt"):
-        load_state(acc, folder)
+    intact = optimizer_file.read_bytes()
+    tensor_start, tensor_size = _record_start(intact, "data/1")
+    pickle_start, pickle_size = _record_start(intact, "data.pkl")
+    for offset in (tensor_start + tensor_size // 2, pickle_start + pickle_size // 2):
+        data = bytearray(intact)
+        data[offset] ^= 0x10
+        optimizer_file.write_bytes(data)
+        with pytest.raises(CheckpointError, match=r"optimizer\.bin is corrupt"):
+            load_state(acc, folder)
     optimizer_file.write_bytes(data[:100])
     with pytest.raises(CheckpointError, match=r"optimizer\.bin is truncated"):
         load_state(acc, folder)
@@ -218,6 +238,25 @@ class Sneaky:
 
     def load_state_dict(self, state):
         raise AssertionError("must not be reached")
+
+
+def test_format_1_checkpoints_checked_by_sha256_still_load(tmp_path):
+    acc, model, optimizer, scheduler, loader, counter = _setup()
+    _train(acc, model, optimizer, scheduler, list(loader)[:1], counter)
+    folder = Path(save_state(acc, tmp_path / "c"))
+    meta = json.loads((folder / METADATA_NAME).read_text())
+    meta["format_version"] = 1
+    meta["files"] = {
+        name: {"size": entry["size"], "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest()}
+        for name, entry in meta["files"].items()
+    }
+    (folder / METADATA_NAME).write_text(json.dumps(meta))
+    load_state(acc, folder)
+    data = bytearray((folder / "scheduler.bin").read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (folder / "scheduler.bin").write_bytes(data)
+    with pytest.raises(CheckpointError, match=r"scheduler\.bin is corrupt: its sha256 differs"):
+        load_state(acc, folder)
 
 
 def test_loading_never_unpickles_arbitrary_objects(tmp_path):

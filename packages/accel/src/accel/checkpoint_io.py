@@ -1,20 +1,21 @@
 """Atomic, verified checkpoint folders: written in a temporary sibling, renamed into place, checked on read.
 
 A save writes every file into `.<name>.tmp-<id>` next to the final folder, records each file's size
-and sha256 in `checkpoint.json`, and only then renames the folder into place (an existing one is
-first renamed away, then deleted). A job killed at any moment therefore leaves either the previous
-checkpoint or the new one, complete; `recover_folder` finishes a replacement cut short between
-its two renames. Reading never unpickles arbitrary objects: safetensors, JSON, or
+and a checksum in `checkpoint.json`, and only then renames the folder into place (an existing one
+is first renamed away, then deleted). A job killed at any moment therefore leaves either the
+previous checkpoint or the new one, complete; `recover_folder` finishes a replacement cut short
+between its two renames. Tensor files are written straight to disk and checked by the digest of
+what they hold (`content_digest`, near memory speed); small JSON files and files written by hooks
+by the sha256 of their bytes. Reading never unpickles arbitrary objects: safetensors, JSON, or
 `torch.load(weights_only=True)`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
-import io
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable
@@ -23,22 +24,19 @@ from typing import Any
 
 import torch
 
-from accel_state import PartialState, barrier, broadcast_object_list
+from accel.content_digest import DIGEST_NAME, content_digest
+from accel_state import PartialState, barrier, broadcast_object_list, gather_object
 from accel_state.timeouts import named_collective
 
 METADATA_NAME = "checkpoint.json"
 FORMAT_NAME = "accel-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: every file checked by the sha256 of its bytes (still read)
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete, corrupt or from another set-up; the message names the file."""
-
-
-def _digest(data: Any) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _file_digest(path: Path) -> str:
@@ -49,41 +47,33 @@ def _file_digest(path: Path) -> str:
     return sha.hexdigest()
 
 
-# One background thread hashes a file's bytes while the next step (writing them, parsing them) runs;
-# hashlib releases the GIL, so the checksum costs little wall time.
-_HASHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-ckpt-hash")
-
-
 class FolderWriter:
-    """Writes the files of one checkpoint into its temporary folder, hashing each as it goes."""
+    """Writes the files of one checkpoint into its temporary folder and notes how to check each."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._digests: dict[str, concurrent.futures.Future[str]] = {}
-
-    def write_bytes(self, name: str, data: bytes | memoryview) -> None:
-        self._digests[name] = _HASHER.submit(_digest, data)
-        with (self.folder / name).open("wb") as handle:
-            handle.write(data)
+        self._checks: dict[str, dict[str, str]] = {}
 
     def write_torch(self, name: str, obj: Any) -> None:
-        buffer = io.BytesIO()
-        torch.save(obj, buffer)
-        self.write_bytes(name, buffer.getbuffer())
+        torch.save(obj, self.folder / name)
+        self._checks[name] = {"content": content_digest(obj)}
 
     def write_safetensors(
         self, name: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
     ) -> None:
-        from safetensors.torch import save
+        from safetensors.torch import save_file
 
-        self.write_bytes(name, save(tensors, metadata=metadata))
+        save_file(tensors, self.folder / name, metadata=metadata)
+        self._checks[name] = {"content": content_digest((tensors, metadata))}
 
     def write_json(self, name: str, obj: Any) -> None:
-        self.write_bytes(name, json.dumps(obj, indent=1, sort_keys=True).encode())
+        data = json.dumps(obj, indent=1, sort_keys=True).encode()
+        (self.folder / name).write_bytes(data)
+        self._checks[name] = {"sha256": hashlib.sha256(data).hexdigest()}
 
-    def digests(self) -> dict[str, str]:
-        """Return {file name: sha256} of the files written so far (waits for the hashing)."""
-        return {name: future.result() for name, future in self._digests.items()}
+    def checks(self) -> dict[str, dict[str, str]]:
+        """Return {file name: {"content" or "sha256": hex digest}} of the files written so far."""
+        return dict(self._checks)
 
 
 def begin_folder(final_dir: Path) -> Path:
@@ -109,19 +99,21 @@ def commit_folder(
 ) -> None:
     """Record the folder's files in checkpoint.json and rename it to `final_dir` (collective)."""
     with named_collective("save_state (waiting for every rank's files)"):
-        barrier()
+        checks: dict[str, dict[str, str]] = {}
+        for rank_checks in gather_object([writer.checks()]):
+            checks.update(rank_checks)
     if PartialState().is_main_process:
-        digests = writer.digests()
         files = {}
         for path in sorted(temporary.rglob("*")):
             if path.is_file():
                 name = path.relative_to(temporary).as_posix()
-                sha = digests.get(name) or _file_digest(path)
-                files[name] = {"size": path.stat().st_size, "sha256": sha}
+                check = checks.get(name) or {"sha256": _file_digest(path)}  # a hook's file
+                files[name] = {"size": path.stat().st_size, **check}
         metadata = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "num_processes": num_processes,
+            "content_digest": DIGEST_NAME,
             "files": files,
             **extra,
         }
@@ -235,46 +227,60 @@ class FolderReader:
     def has(self, name: str) -> bool:
         return name in self.files
 
-    def _parse(self, name: str, parse: Callable[[bytes], Any], what: str) -> Any:
+    def _load(self, name: str, load: Callable[[Path], Any], what: str) -> Any:
         path = self.folder / name
-        if name not in self.files:
+        entry = self.files.get(name)
+        if entry is None:
             raise CheckpointError(
                 f"{path} is not part of the checkpoint ({self.metadata_path} does not list it)"
             )
-        data = path.read_bytes()
-        digest = _HASHER.submit(_digest, data)
-        try:
-            value = parse(data)
-            error = None
-        except Exception as caught:  # noqa: BLE001 - reported below, after the checksum verdict
-            value, error = None, caught
-        if digest.result() != self.files[name]["sha256"]:
+        if "sha256" in entry and _file_digest(path) != entry["sha256"]:
             raise CheckpointError(
                 f"{path} is corrupt: its sha256 differs from the one recorded in {self.metadata_path}"
             )
-        if error is not None:
-            raise CheckpointError(f"{path} cannot be loaded as {what}: {error}") from error
+        try:
+            value = load(path)
+        except Exception as error:  # noqa: BLE001 - reported with the file's name
+            refused = _refused_global(error)
+            if refused:
+                raise CheckpointError(f"{path} cannot be loaded as {what}: it holds {refused}") from error
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise CheckpointError(f"{path} is corrupt: it cannot be loaded as {what}: {reason}") from error
+        if "content" in entry and content_digest(value) != entry["content"]:
+            raise CheckpointError(
+                f"{path} is corrupt: what it holds differs from what was saved "
+                f"(its content digest does not match {self.metadata_path})"
+            )
         return value
 
     def read_torch(self, name: str) -> Any:
         """Return the object in `name`, loaded with torch.load(weights_only=True) onto the CPU."""
 
-        def parse(data: bytes) -> Any:
-            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        def load(path: Path) -> Any:
+            return torch.load(path, map_location="cpu", weights_only=True)
 
-        return self._parse(name, parse, "a weights-only torch file (tensors and plain containers only)")
+        return self._load(name, load, "a weights-only torch file (tensors and plain containers only)")
 
     def read_safetensors(self, name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         """Return the tensors in safetensors file `name` and its string metadata."""
 
-        def parse(data: bytes) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-            from safetensors.torch import load
+        def load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+            from safetensors import safe_open
+            from safetensors.torch import load_file
 
-            header_length = int.from_bytes(data[:8], "little")
-            header = json.loads(data[8 : 8 + header_length])
-            return load(data), header.get("__metadata__", {}) or {}
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+            return load_file(path), metadata
 
-        return self._parse(name, parse, "safetensors")
+        return self._load(name, load, "safetensors")
 
     def read_json(self, name: str) -> Any:
-        return self._parse(name, json.loads, "JSON")
+        return self._load(name, lambda path: json.loads(path.read_bytes()), "JSON")
+
+
+def _refused_global(error: Exception) -> str | None:
+    """Return "<the global>" when torch.load(weights_only=True) refused to unpickle an object, else None."""
+    match = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+    if "Weights only load failed" not in str(error):
+        return None
+    return f"{match.group(1) if match else 'an object'}, which loading would have to unpickle (refused)"

@@ -7,7 +7,7 @@ functions. Files of a checkpoint folder (Accelerate's names where it has them):
     optimizer[_<i>].bin, scheduler[_<i>].bin, scaler.pt, custom_checkpoint_<i>.pt
     training_state.json                         step counter and each data loader's position
     random_states_<rank>.pt                     one per rank, written by that rank
-    checkpoint.json                             format, process count, every file's size and sha256
+    checkpoint.json                             format, process count, every file's size and checksum
 """
 
 from __future__ import annotations
