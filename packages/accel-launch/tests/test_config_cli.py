@@ -211,6 +211,7 @@ _BAD_FILES = [
     ("distributed_type: 'NO'\nnum_processes: 2\n", "key 'distributed_type' is NO (one process)"),
     ("use_cpu: true\ndistributed_type: MULTI_GPU\n", "key 'distributed_type' is MULTI_GPU but"),
     ("distributed_type: DEEPSPEED\n", "accel launch cannot start yet"),
+    ("mixed_precision: fp8\n", "key 'mixed_precision' is fp8, which accel cannot run yet"),
     ("num_processes: [1\n", "invalid YAML at line 2"),
     ("- a\n- b\n", "the file must hold a mapping"),
     ("fsdp_config: 3\n", "key 'fsdp_config' must be a mapping"),
@@ -251,6 +252,7 @@ def test_bad_env_value_is_one_line(monkeypatch, launched, script):
         (["--rdzv_backend", "etcd"], "etcd"),
         (["--tee", "5"], "--tee"),
         (["--num_processes", "two"], "--num_processes"),
+        (["--mixed_precision", "fp8"], "--mixed_precision is fp8, which accel cannot run yet"),
     ],
 )
 def test_bad_launch_flag_combinations_exit_2(args, culprit, launched, script):

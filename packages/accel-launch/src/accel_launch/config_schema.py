@@ -18,6 +18,7 @@ DISTRIBUTED_TYPES = (
 )  # fmt: skip
 # Types `accel launch` can start today; the others are accepted in a file and refused at launch.
 LAUNCHABLE_DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")
+RUNNABLE_MIXED_PRECISION = ("no", "fp16", "bf16")  # fp8 is a valid key value accel cannot run yet
 COMPUTE_ENVIRONMENTS = ("LOCAL_MACHINE", "AMAZON_SAGEMAKER")
 RDZV_BACKENDS = ("static", "c10d")
 

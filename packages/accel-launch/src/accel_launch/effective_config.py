@@ -15,6 +15,7 @@ from typing import Any
 from accel_launch.config_schema import (
     KEYS,
     LAUNCHABLE_DISTRIBUTED_TYPES,
+    RUNNABLE_MIXED_PRECISION,
     ConfigError,
     coerce_value,
 )
@@ -167,6 +168,11 @@ def check_launchable(config: EffectiveConfig) -> None:
         raise ConfigError(
             f"{config.where('distributed_type')} is {distributed_type}, which accel launch cannot start yet "
             f"(supported: {', '.join(LAUNCHABLE_DISTRIBUTED_TYPES)})"
+        )
+    if config["mixed_precision"] not in RUNNABLE_MIXED_PRECISION:
+        raise ConfigError(
+            f"{config.where('mixed_precision')} is {config['mixed_precision']}, which accel cannot run yet "
+            f"(supported: {', '.join(RUNNABLE_MIXED_PRECISION)})"
         )
     if config["compute_environment"] != "LOCAL_MACHINE":
         raise ConfigError(

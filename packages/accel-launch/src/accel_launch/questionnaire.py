@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, MIXED_PRECISION_CHOICES, RDZV_BACKENDS
+from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, RDZV_BACKENDS, RUNNABLE_MIXED_PRECISION
 
 # The kinds of job the questionnaire can set up today.
 QUESTION_DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")
@@ -56,7 +56,7 @@ def ask_config() -> dict[str, Any]:
         default=False,
     )
     config["mixed_precision"] = click.prompt(
-        "Do you wish to use mixed precision?", type=click.Choice(MIXED_PRECISION_CHOICES), default="no"
+        "Do you wish to use mixed precision?", type=click.Choice(RUNNABLE_MIXED_PRECISION), default="no"
     )
     config["gradient_accumulation_steps"] = click.prompt(
         "How many batches should gradients be accumulated over before an optimizer step?",
