@@ -4,14 +4,16 @@ The baseline writes and reads the same state dicts with torch.save/torch.load(we
 and loads them into the model and optimizer. save_state adds safetensors weights (or torch files
 with safe_serialization=False, measured too), a content digest of every file (checked on every
 load), the random states, JSON metadata and an atomic rename.
-Target: both ratios <= 1.1. Prints the best of `--repeats` runs of each, and the ratios.
+Both sides write a new folder for every save (see `Folders`). Target: both ratios <= 1.1.
+Prints the best of `--repeats` alternating rounds of each, and the ratios.
 
-    python benchmarks/checkpoint.py [--megabytes 200] [--repeats 3] [--dir DIR]
+    python benchmarks/checkpoint.py [--megabytes 200] [--repeats 5] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -38,49 +40,83 @@ def make_objects(megabytes: int) -> tuple[Accelerator, torch.nn.Module, torch.op
     return accelerator, model, optimizer
 
 
-def best_of(repeats: int, function: Callable[[], None]) -> float:
-    times = []
+def best_of_alternating(
+    repeats: int, baseline: Callable[[], None], ours: Callable[[], None], between: Callable[[], None]
+) -> tuple[float, float]:
+    """Return the best time of each, measured in alternating rounds.
+
+    Before each timed call, `between` tidies up and `os.sync` flushes dirty pages (neither is
+    timed), so that the disk writing back one side's files does not slow down the other side.
+    """
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return min(times)
+        for function, bucket in ((baseline, times[0]), (ours, times[1])):
+            between()
+            os.sync()
+            started = time.perf_counter()
+            function()
+            bucket.append(time.perf_counter() - started)
+    return min(times[0]), min(times[1])
+
+
+class Folders:
+    """A new folder for every save, as `checkpoint_<n>` saves have; only the newest of each kind is kept.
+
+    Both sides write new files: on a VM, writing a new file can cost twice as much as overwriting
+    one (the page cache needs fresh memory), and an atomic save can never overwrite in place.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.count = 0
+
+    def new(self, kind: str) -> Path:
+        self.count += 1
+        return self.root / f"{kind}_{self.count:03d}"
+
+    def newest(self, kind: str) -> Path:
+        return sorted(self.root.glob(f"{kind}_*"))[-1]
+
+    def keep_newest(self) -> None:
+        for kind in {path.name.rsplit("_", 1)[0] for path in self.root.iterdir()}:
+            for old in sorted(self.root.glob(f"{kind}_*"))[:-1]:
+                shutil.rmtree(old)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="accel-ckpt-bench-", dir=args.dir))
+    folders = Folders(root)
     try:
         with single_process_environment():
             accelerator, model, optimizer = make_objects(args.megabytes)
             size = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
-            plain = root / "plain"
-            plain.mkdir()
 
             def torch_save() -> None:
-                torch.save(model.state_dict(), plain / "model.bin")
-                torch.save(optimizer.state_dict(), plain / "optimizer.bin")
+                folder = folders.new("torch")
+                folder.mkdir()
+                torch.save(model.state_dict(), folder / "model.bin")
+                torch.save(optimizer.state_dict(), folder / "optimizer.bin")
 
             def torch_load() -> None:
-                model.load_state_dict(torch.load(plain / "model.bin", weights_only=True))
-                optimizer.load_state_dict(torch.load(plain / "optimizer.bin", weights_only=True))
+                folder = folders.newest("torch")
+                model.load_state_dict(torch.load(folder / "model.bin", weights_only=True))
+                optimizer.load_state_dict(torch.load(folder / "optimizer.bin", weights_only=True))
 
-            accel_dir, torch_format_dir = root / "accel", root / "accel-torch-format"
+            def measure(baseline: Callable[[], None], ours: Callable[[], None]) -> tuple[float, float]:
+                return best_of_alternating(args.repeats, baseline, ours, folders.keep_newest)
+
             results = {
-                "save": (best_of(args.repeats, torch_save),
-                         best_of(args.repeats, lambda: save_state(accelerator, accel_dir))),
-                "load": (best_of(args.repeats, torch_load),
-                         best_of(args.repeats, lambda: load_state(accelerator, accel_dir))),
-                "save (safe_serialization=False)": (
-                    best_of(args.repeats, torch_save),
-                    best_of(args.repeats, lambda: save_state(accelerator, torch_format_dir, False))),
-                "load (safe_serialization=False)": (
-                    best_of(args.repeats, torch_load),
-                    best_of(args.repeats, lambda: load_state(accelerator, torch_format_dir))),
+                "save": measure(torch_save, lambda: save_state(accelerator, folders.new("accel"))),
+                "load": measure(torch_load, lambda: load_state(accelerator, folders.newest("accel"))),
+                "save (safe_serialization=False)": measure(
+                    torch_save, lambda: save_state(accelerator, folders.new("accelpt"), False)),
+                "load (safe_serialization=False)": measure(
+                    torch_load, lambda: load_state(accelerator, folders.newest("accelpt"))),
             }  # fmt: skip
         print(f"model {size:.0f} MiB + AdamW state ({3 * size:.0f} MiB in all), best of {args.repeats}")
         for name, (baseline, ours) in results.items():

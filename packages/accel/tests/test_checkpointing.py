@@ -212,6 +212,14 @@ def test_corrupt_truncated_and_foreign_checkpoints_fail_naming_the_file(tmp_path
         optimizer_file.write_bytes(data)
         with pytest.raises(CheckpointError, match=r"optimizer\.bin is corrupt"):
             load_state(acc, folder)
+    # optimizer.bin is still corrupt; model.safetensors, read (and checked on a second thread) before
+    # it, now is too: the earlier file's verdict is the one reported.
+    weights_file = folder / "model.safetensors"
+    weights = bytearray(weights_file.read_bytes())
+    weights[-1] ^= 0x10  # the last tensor's last byte
+    weights_file.write_bytes(weights)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is corrupt: what it holds differs"):
+        load_state(acc, folder)
     optimizer_file.write_bytes(data[:100])
     with pytest.raises(CheckpointError, match=r"optimizer\.bin is truncated"):
         load_state(acc, folder)
@@ -244,14 +252,21 @@ def test_format_1_checkpoints_checked_by_sha256_still_load(tmp_path):
     acc, model, optimizer, scheduler, loader, counter = _setup()
     _train(acc, model, optimizer, scheduler, list(loader)[:1], counter)
     folder = Path(save_state(acc, tmp_path / "c"))
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    rng_file = folder / "random_states_0.pt"  # accel 0.1 kept the generators' words as lists
+    states = torch.load(rng_file, weights_only=True)
+    states["python"][1], states["numpy"][1] = states["python"][1].tolist(), states["numpy"][1].tolist()
+    torch.save(states, rng_file)
     meta = json.loads((folder / METADATA_NAME).read_text())
     meta["format_version"] = 1
     meta["files"] = {
-        name: {"size": entry["size"], "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest()}
-        for name, entry in meta["files"].items()
+        name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        for name in meta["files"]
+        for data in [(folder / name).read_bytes()]
     }
     (folder / METADATA_NAME).write_text(json.dumps(meta))
     load_state(acc, folder)
+    assert (random.random(), np.random.rand(), torch.rand(1)) == expected
     data = bytearray((folder / "scheduler.bin").read_bytes())
     data[len(data) // 2] ^= 0x01
     (folder / "scheduler.bin").write_bytes(data)

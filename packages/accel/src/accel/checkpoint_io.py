@@ -12,13 +12,14 @@ by the sha256 of their bytes. Reading never unpickles arbitrary objects: safeten
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,33 +48,41 @@ def _file_digest(path: Path) -> str:
     return sha.hexdigest()
 
 
+# Digests are computed on a second thread while files are written or read: writing and reading
+# wait on the kernel and the disk, the digest on memory bandwidth, so checks cost little wall time.
+_CHECKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-ckpt-check")
+
+
 class FolderWriter:
     """Writes the files of one checkpoint into its temporary folder and notes how to check each."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._checks: dict[str, dict[str, str]] = {}
+        self._checks: dict[str, concurrent.futures.Future[dict[str, str]]] = {}
+
+    def _check_content(self, name: str, obj: Any) -> None:
+        self._checks[name] = _CHECKER.submit(lambda: {"content": content_digest(obj)})
 
     def write_torch(self, name: str, obj: Any) -> None:
+        self._check_content(name, obj)
         torch.save(obj, self.folder / name)
-        self._checks[name] = {"content": content_digest(obj)}
 
     def write_safetensors(
         self, name: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
     ) -> None:
         from safetensors.torch import save_file
 
+        self._check_content(name, (tensors, metadata))
         save_file(tensors, self.folder / name, metadata=metadata)
-        self._checks[name] = {"content": content_digest((tensors, metadata))}
 
     def write_json(self, name: str, obj: Any) -> None:
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
         (self.folder / name).write_bytes(data)
-        self._checks[name] = {"sha256": hashlib.sha256(data).hexdigest()}
+        self._checks[name] = _CHECKER.submit(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
 
     def checks(self) -> dict[str, dict[str, str]]:
-        """Return {file name: {"content" or "sha256": hex digest}} of the files written so far."""
-        return dict(self._checks)
+        """Return {file name: {"content" or "sha256": hex digest}} of the files written (waits for them)."""
+        return {name: future.result() for name, future in self._checks.items()}
 
 
 def begin_folder(final_dir: Path) -> Path:
@@ -227,7 +236,33 @@ class FolderReader:
     def has(self, name: str) -> bool:
         return name in self.files
 
-    def _load(self, name: str, load: Callable[[Path], Any], what: str) -> Any:
+    def read(self, name: str) -> Any:
+        """Return what file `name` holds, checked (see `read_all`)."""
+        return next(self.read_all([name]))
+
+    def read_all(self, names: list[str]) -> Iterator[Any]:
+        """Yield what each file holds, in order, each only once checked against checkpoint.json.
+
+        `.safetensors` files give (tensors, metadata), `.json` files their data, the others
+        torch.load(weights_only=True) onto the CPU. File k+1 is loaded while a second thread checks
+        file k: the loading waits on the disk and the kernel, the digest on memory bandwidth.
+        """
+        pending: concurrent.futures.Future[Any] | None = None
+        for name in names:
+            try:
+                value = self._load(name)
+            except CheckpointError:
+                if pending is not None:
+                    pending.result()  # an earlier file's verdict is reported first
+                raise
+            checked = _CHECKER.submit(self._checked, name, value)
+            if pending is not None:
+                yield pending.result()
+            pending = checked
+        if pending is not None:
+            yield pending.result()
+
+    def _load(self, name: str) -> Any:
         path = self.folder / name
         entry = self.files.get(name)
         if entry is None:
@@ -238,44 +273,44 @@ class FolderReader:
             raise CheckpointError(
                 f"{path} is corrupt: its sha256 differs from the one recorded in {self.metadata_path}"
             )
+        load, what = _LOADERS.get(path.suffix, _TORCH_LOADER)
         try:
-            value = load(path)
+            return load(path)
         except Exception as error:  # noqa: BLE001 - reported with the file's name
             refused = _refused_global(error)
             if refused:
                 raise CheckpointError(f"{path} cannot be loaded as {what}: it holds {refused}") from error
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise CheckpointError(f"{path} is corrupt: it cannot be loaded as {what}: {reason}") from error
-        if "content" in entry and content_digest(value) != entry["content"]:
+
+    def _checked(self, name: str, value: Any) -> Any:
+        expected = self.files[name].get("content")
+        if expected is not None and content_digest(value) != expected:
             raise CheckpointError(
-                f"{path} is corrupt: what it holds differs from what was saved "
+                f"{self.folder / name} is corrupt: what it holds differs from what was saved "
                 f"(its content digest does not match {self.metadata_path})"
             )
         return value
 
-    def read_torch(self, name: str) -> Any:
-        """Return the object in `name`, loaded with torch.load(weights_only=True) onto the CPU."""
 
-        def load(path: Path) -> Any:
-            return torch.load(path, map_location="cpu", weights_only=True)
+def _load_torch(path: Path) -> Any:
+    return torch.load(path, map_location="cpu", weights_only=True)
 
-        return self._load(name, load, "a weights-only torch file (tensors and plain containers only)")
 
-    def read_safetensors(self, name: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        """Return the tensors in safetensors file `name` and its string metadata."""
+def _load_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
 
-        def load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-            from safetensors import safe_open
-            from safetensors.torch import load_file
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    return load_file(path), metadata
 
-            with safe_open(str(path), framework="pt") as handle:
-                metadata = handle.metadata() or {}
-            return load_file(path), metadata
 
-        return self._load(name, load, "safetensors")
-
-    def read_json(self, name: str) -> Any:
-        return self._load(name, lambda path: json.loads(path.read_bytes()), "JSON")
+_TORCH_LOADER = (_load_torch, "a weights-only torch file (tensors and plain containers only)")
+_LOADERS: dict[str, tuple[Callable[[Path], Any], str]] = {
+    ".safetensors": (_load_safetensors, "safetensors"),
+    ".json": (lambda path: json.loads(path.read_bytes()), "JSON"),
+}
 
 
 def _refused_global(error: Exception) -> str | None:

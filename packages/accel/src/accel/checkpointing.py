@@ -156,9 +156,11 @@ def _portable_rng_states(accelerator: Any) -> dict[str, Any]:
     states = get_rng_states()
     version, internal, gauss = states["python"]
     name, keys, position, has_gauss, cached = states["numpy"]
-    portable: dict[str, Any] = {
-        "python": [version, list(internal), gauss],
-        "numpy": [str(name), keys.tolist(), int(position), int(has_gauss), float(cached)],
+    portable: dict[str, Any] = {  # long integer lists as tensors: they load far faster
+        "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],
+        "numpy": [
+            str(name), torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss), float(cached)
+        ],
         "torch": states["torch"],
         "generators": [
             gen.get_state() if (gen := getattr(loader, "synchronized_generator", None)) is not None else None
@@ -170,12 +172,17 @@ def _portable_rng_states(accelerator: Any) -> dict[str, Any]:
     return portable
 
 
+def _integers(values: torch.Tensor | list[int]) -> list[int]:
+    """Return a list of ints from a tensor (this format) or a list (checkpoints from accel 0.1)."""
+    return values.tolist() if isinstance(values, torch.Tensor) else list(values)
+
+
 def _restore_rng_states(accelerator: Any, portable: dict[str, Any]) -> None:
     version, internal, gauss = portable["python"]
     name, keys, position, has_gauss, cached = portable["numpy"]
     states: dict[str, Any] = {
-        "python": (version, tuple(internal), gauss),
-        "numpy": (name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached),
+        "python": (version, tuple(_integers(internal)), gauss),
+        "numpy": (name, np.asarray(_integers(keys), dtype=np.uint32), position, has_gauss, cached),
         "torch": portable["torch"],
     }
     if "cuda" in portable:
@@ -199,11 +206,12 @@ def _write_model(writer: FolderWriter, index: int, state: dict[str, torch.Tensor
     return name
 
 
-def _read_model(reader: FolderReader, name: str) -> dict[str, torch.Tensor]:
+def _model_weights(name: str, loaded: Any) -> dict[str, torch.Tensor]:
+    """Return the state dict in what FolderReader gave for model file `name`."""
     if name.endswith(".safetensors"):
-        tensors, metadata = reader.read_safetensors(name)
+        tensors, metadata = loaded
         return with_aliases(tensors, metadata)
-    return reader.read_torch(name)
+    return loaded
 
 
 # Data loaders -----------------------------------------------------------------------------------------
@@ -323,22 +331,10 @@ def load_state(
     _expect_count(reader, "scheduler", meta.get("num_schedulers"), len(accelerator._schedulers))
     _expect_count(reader, "custom object", meta.get("num_custom_objects"), len(registry.custom_objects))
     _expect_count(reader, "data loader", meta.get("num_dataloaders"), len(accelerator._dataloaders))
-    for model, name in zip(models, meta.get("model_files", []), strict=True):
-        accelerator.backend.unwrap_model(model).load_state_dict(_read_model(reader, name))
-    for i, optimizer in enumerate(accelerator._optimizers):
-        optimizer.load_state_dict(reader.read_torch(f"optimizer{_suffix(i)}.bin"))
-    for i, scheduler in enumerate(accelerator._schedulers):
-        scheduler.load_state_dict(reader.read_torch(f"scheduler{_suffix(i)}.bin"))
-    scaler = accelerator.precision.scaler
-    if scaler is not None and reader.has("scaler.pt"):
-        scaler.load_state_dict(reader.read_torch("scaler.pt"))
-    for i, obj in enumerate(registry.custom_objects):
-        obj.load_state_dict(reader.read_torch(f"custom_checkpoint_{i}.pt"))
-    training = reader.read_json(TRAINING_STATE_NAME)
-    accelerator.step = int(training["step"])
-    for loader, loader_state in zip(accelerator._dataloaders, training["dataloaders"], strict=True):
-        _restore_loader(loader, loader_state, restore_dataloader_position)
-    _restore_rng_states(accelerator, reader.read_torch(f"random_states_{state.process_index}.pt"))
+    rank, resume_position = state.process_index, restore_dataloader_position
+    restores = _restores(accelerator, models, registry, reader, rank, resume_position)
+    for (_, restore), loaded in zip(restores, reader.read_all([name for name, _ in restores]), strict=True):
+        restore(loaded)
     config = _project_configuration(accelerator)
     if config is not None and config.automatic_checkpoint_naming:
         match = _CHECKPOINT_FOLDER.fullmatch(folder.name)
@@ -347,6 +343,44 @@ def load_state(
     with named_collective("load_state (waiting for every rank to finish reading)"):
         barrier()  # nobody replaces this folder while another rank still reads it
     return str(folder)
+
+
+def _restores(
+    accelerator: Any,
+    models: list[torch.nn.Module],
+    registry: CheckpointRegistry,
+    reader: FolderReader,
+    rank: int,
+    resume_position: bool,
+) -> list[tuple[str, Callable[[Any], None]]]:
+    """Return, in reading order, each file of the checkpoint and what to do with what it holds.
+
+    `models` are those the load pre-hooks left to load_state.
+    """
+    restores: list[tuple[str, Callable[[Any], None]]] = []
+    for model, name in zip(models, reader.metadata.get("model_files", []), strict=True):
+        module = accelerator.backend.unwrap_model(model)
+        restores.append((name, lambda loaded, m=module, n=name: m.load_state_dict(_model_weights(n, loaded))))
+    for i, optimizer in enumerate(accelerator._optimizers):
+        restores.append((f"optimizer{_suffix(i)}.bin", optimizer.load_state_dict))
+    for i, scheduler in enumerate(accelerator._schedulers):
+        restores.append((f"scheduler{_suffix(i)}.bin", scheduler.load_state_dict))
+    scaler = accelerator.precision.scaler
+    if scaler is not None and reader.has("scaler.pt"):
+        restores.append(("scaler.pt", scaler.load_state_dict))
+    for i, obj in enumerate(registry.custom_objects):
+        restores.append((f"custom_checkpoint_{i}.pt", obj.load_state_dict))
+    restores.append(
+        (TRAINING_STATE_NAME, lambda loaded: _restore_training_state(accelerator, loaded, resume_position))
+    )
+    restores.append((f"random_states_{rank}.pt", lambda portable: _restore_rng_states(accelerator, portable)))
+    return restores
+
+
+def _restore_training_state(accelerator: Any, training: dict[str, Any], resume_position: bool) -> None:
+    accelerator.step = int(training["step"])
+    for loader, loader_state in zip(accelerator._dataloaders, training["dataloaders"], strict=True):
+        _restore_loader(loader, loader_state, resume_position)
 
 
 def _expect_count(reader: FolderReader, what: str, saved: int | None, current: int) -> None:
