@@ -349,3 +349,23 @@ def test_parse_size():
     assert parse_size("10GB") == 10**10 and parse_size("2GiB") == 2 * 2**30 and parse_size(5) == 5
     with pytest.raises(ValueError, match="max_shard_size"):
         parse_size("ten")
+
+
+def _save_and_load_in_child(acc, folder):
+    load_state(acc, save_state(acc, folder))
+
+
+def test_a_forked_child_saves_and_loads_with_its_own_checking_thread(tmp_path):
+    import multiprocessing
+
+    acc, *_ = _setup()
+    load_state(acc, save_state(acc, tmp_path / "parent"))  # the parent's checking thread now exists
+    child = multiprocessing.get_context("fork").Process(
+        target=_save_and_load_in_child, args=(acc, tmp_path / "child")
+    )
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0  # with the parent's (dead) thread it would wait forever
+    assert (tmp_path / "child" / METADATA_NAME).is_file()

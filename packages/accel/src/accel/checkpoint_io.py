@@ -50,7 +50,16 @@ def _file_digest(path: Path) -> str:
 
 # Digests are computed on a second thread while files are written or read: writing and reading
 # wait on the kernel and the disk, the digest on memory bandwidth, so checks cost little wall time.
-_CHECKER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-ckpt-check")
+_checker: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _check_later(function: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    """Run `function(*args)` on this process's checking thread (a forked child gets its own)."""
+    global _checker
+    if _checker is None or _checker[0] != os.getpid():
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-ckpt-check")
+        _checker = (os.getpid(), pool)
+    return _checker[1].submit(function, *args)
 
 
 class FolderWriter:
@@ -61,7 +70,7 @@ class FolderWriter:
         self._checks: dict[str, concurrent.futures.Future[dict[str, str]]] = {}
 
     def _check_content(self, name: str, obj: Any) -> None:
-        self._checks[name] = _CHECKER.submit(lambda: {"content": content_digest(obj)})
+        self._checks[name] = _check_later(lambda: {"content": content_digest(obj)})
 
     def write_torch(self, name: str, obj: Any) -> None:
         self._check_content(name, obj)
@@ -78,7 +87,7 @@ class FolderWriter:
     def write_json(self, name: str, obj: Any) -> None:
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
         (self.folder / name).write_bytes(data)
-        self._checks[name] = _CHECKER.submit(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
+        self._checks[name] = _check_later(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
 
     def checks(self) -> dict[str, dict[str, str]]:
         """Return {file name: {"content" or "sha256": hex digest}} of the files written (waits for them)."""
@@ -255,7 +264,7 @@ class FolderReader:
                 if pending is not None:
                     pending.result()  # an earlier file's verdict is reported first
                 raise
-            checked = _CHECKER.submit(self._checked, name, value)
+            checked = _check_later(self._checked, name, value)
             if pending is not None:
                 yield pending.result()
             pending = checked
