@@ -110,5 +110,5 @@ def example(session: nox.Session) -> None:
 def benchmark(session: nox.Session) -> None:
     """Every benchmark: each measures accel against raw PyTorch in the same run."""
     install_packages(session, "accel", extra="test")
-    for script in ("overhead.py", "data_loader.py", "precision.py", "launch_overhead.py"):
+    for script in ("overhead.py", "data_loader.py", "precision.py", "launch_overhead.py", "checkpoint.py"):
         session.run("python", str(ROOT / "benchmarks" / script))
