@@ -108,10 +108,6 @@ def _max_diff(a, b):
 def test_resume_in_fresh_jobs_matches_uninterrupted_run_launch(
     tmp_path, mixed_precision, accumulation, stops
 ):
-    import accel_data
-
-    if not hasattr(accel_data, "skip_first_batches"):
-        pytest.skip("accel_data.skip_first_batches (and Accelerator.skip_first_batches) do not exist yet")
     folder = str(tmp_path / "ckpt")
     reference = run_on_ranks(train_segment, 2, folder + "-ref", 0, None, mixed_precision, accumulation)
     start = 0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -12,6 +10,7 @@ import time
 import pytest
 
 from accel_launch.ports import find_free_port
+from accel_launch.testing import stop_job
 
 GATHER_SCRIPT = textwrap.dedent(
     """
@@ -34,19 +33,6 @@ GATHER_SCRIPT = textwrap.dedent(
 
 def _accel_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "accel_launch.cli", *args]
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    # Each launcher runs in its own session; its workers are in theirs, found as its descendants.
-    from accel_launch.testing import _descendants
-
-    pids = _descendants(process.pid) | {process.pid}
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    process.communicate(timeout=10)
 
 
 def test_cli_two_machines_on_loopback_gather_across_all_four_ranks(tmp_path):
@@ -85,7 +71,7 @@ def test_cli_two_machines_on_loopback_gather_across_all_four_ranks(tmp_path):
             outputs.append((launcher.returncode, stdout, stderr))
     except subprocess.TimeoutExpired:
         for launcher in launchers:
-            _stop(launcher)
+            stop_job(launcher)
         pytest.fail("the two-machine job did not finish within 120 s; every process was killed")
     for code, _, stderr in outputs:
         assert code == 0, stderr

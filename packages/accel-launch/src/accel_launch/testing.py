@@ -60,14 +60,14 @@ def launch_script(
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        stdout, stderr = _stop_job(process)
+        stdout, stderr = stop_job(process)
         raise LaunchTimeoutError(
             f"{script} on {num_processes} process(es) did not finish within {timeout:g} s and was killed\n"
             f"--- stdout (tail) ---\n{_tail(stdout)}\n--- stderr (tail) ---\n{_tail(stderr)}"
         ) from None
     except BaseException:
         # Ctrl-C in the test run: the job is in another session and would not get the signal.
-        _stop_job(process)
+        stop_job(process)
         raise
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
@@ -128,7 +128,7 @@ def _read_outcome(path: Path) -> tuple[str, Any]:
         return pickle.load(handle)
 
 
-def _stop_job(process: subprocess.Popen[str]) -> tuple[str, str]:
+def stop_job(process: subprocess.Popen[str]) -> tuple[str, str]:
     """Stop the launcher and every process below it; return the output read so far."""
     # Workers run in sessions of their own (torch starts them so), so the launcher's group does not
     # reach them: list them before their parent dies and they are re-parented.

@@ -323,8 +323,9 @@ _LOADERS: dict[str, tuple[Callable[[Path], Any], str]] = {
 
 
 def _refused_global(error: Exception) -> str | None:
-    """Return "<the global>" when torch.load(weights_only=True) refused to unpickle an object, else None."""
-    match = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
-    if "Weights only load failed" not in str(error):
+    """Name the object torch.load(weights_only=True) refused to unpickle; None for other errors."""
+    text = str(error)
+    if "Weights only load failed" not in text:
         return None
+    match = re.search(r"Unsupported global: GLOBAL (\S+)", text)
     return f"{match.group(1) if match else 'an object'}, which loading would have to unpickle (refused)"
