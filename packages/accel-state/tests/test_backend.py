@@ -95,6 +95,13 @@ def test_unwrap_model_is_identity_for_plain_modules_and_strips_compile_wrappers(
     assert set(backend.get_state_dict(_CompileWrapper(model))) == {"weight", "bias"}
 
 
+def test_load_state_dict_loads_into_the_wrapped_module():
+    backend = NativeBackend(PartialState())
+    model, source = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    backend.load_state_dict(_CompileWrapper(model), backend.get_state_dict(source))
+    assert torch.equal(model.weight, source.weight) and torch.equal(model.bias, source.bias)
+
+
 def test_prepare_places_models_on_the_state_device_without_ddp():
     state = SimpleNamespace(device=torch.device("meta"), use_distributed=False)
     backend = NativeBackend(state)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict, namedtuple
 
 import pytest
 import torch
 
 from accel_state import recursively_apply, send_to_device
+from accel_state.nested import leaves, tensor_leaves
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -79,3 +81,17 @@ def test_send_to_device_delegates_to_objects_with_a_to_method(accepts_non_blocki
     device, kwargs = obj.calls[-1]
     assert device == torch.device("meta")
     assert kwargs == ({"non_blocking": True} if accepts_non_blocking else {})
+
+
+def test_leaves_walks_what_recursively_apply_walks_and_keeps_other_leaves():
+    @dataclasses.dataclass
+    class Batch:
+        ids: torch.Tensor
+        label: str
+
+    a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    data = {"x": [a, Pair(b, "text")], "batch": Batch(c, "name"), "n": 3}
+    found = leaves(data)
+    assert len(found) == 6
+    assert [id(x) for x in found if isinstance(x, torch.Tensor)] == [id(x) for x in tensor_leaves(data)]
+    assert [x for x in found if not isinstance(x, torch.Tensor)] == ["text", "name", 3]

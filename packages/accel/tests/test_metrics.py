@@ -1,5 +1,8 @@
 """`trim_padding`: how `gather_for_metrics` drops the padding of the last batch, or refuses to."""
 
+import collections
+import dataclasses
+
 import pytest
 import torch
 
@@ -31,3 +34,18 @@ def test_gather_for_metrics_on_one_process_returns_every_sample():
     loader = accelerator.prepare(torch.utils.data.DataLoader(torch.arange(10), batch_size=4))
     seen = [x for batch in loader for x in accelerator.gather_for_metrics(batch).tolist()]
     assert seen == list(range(10))
+
+
+@dataclasses.dataclass
+class _Outputs:
+    logits: torch.Tensor
+    labels: torch.Tensor
+
+
+def test_dataclass_and_mapping_outputs_are_gathered_as_tensors_not_objects():
+    accelerator = Accelerator()
+    outputs = _Outputs(torch.ones(2, 3), torch.zeros(2))
+    gathered = accelerator.gather_for_metrics(outputs)
+    assert isinstance(gathered, _Outputs) and torch.equal(gathered.logits, outputs.logits)
+    mapping = collections.UserDict({"logits": torch.ones(2, 3)})
+    assert torch.equal(accelerator.gather_for_metrics(mapping)["logits"], mapping["logits"])

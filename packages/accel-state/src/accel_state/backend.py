@@ -59,6 +59,9 @@ class Backend(Protocol):
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Return the full (consolidated) state dict of a prepared model."""
 
+    def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load a full state dict, as `get_state_dict` returns it, into a prepared model."""
+
 
 BackendFactory = Callable[[PartialState], Backend]
 _registry: dict[DistributedType, BackendFactory] = {}

@@ -64,6 +64,9 @@ class NativeBackend:
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         return self.unwrap_model(model).state_dict()
 
+    def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+        self.unwrap_model(model).load_state_dict(state_dict)
+
 
 for _type in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
     register_backend(_type, NativeBackend)

@@ -68,6 +68,17 @@ def tensor_leaves(data: Any) -> list[torch.Tensor]:
     return found
 
 
+def leaves(data: Any) -> list[Any]:
+    """Return every leaf inside `data`, tensors or not, in `recursively_apply`'s traversal order."""
+    if isinstance(data, (list, tuple)):
+        return [leaf for item in data for leaf in leaves(item)]
+    if isinstance(data, Mapping):
+        return [leaf for item in data.values() for leaf in leaves(item)]
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return [leaf for f in dataclasses.fields(data) if f.init for leaf in leaves(getattr(data, f.name))]
+    return [data]
+
+
 def send_to_device(data: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
     """Return `data` with every tensor moved to `device`; strings and other leaves stay on the host."""
     device = torch.device(device)

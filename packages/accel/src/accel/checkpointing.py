@@ -359,8 +359,8 @@ def _restores(
     """
     restores: list[tuple[str, Callable[[Any], None]]] = []
     for model, name in zip(models, reader.metadata.get("model_files", []), strict=True):
-        module = accelerator.backend.unwrap_model(model)
-        restores.append((name, lambda loaded, m=module, n=name: m.load_state_dict(_model_weights(n, loaded))))
+        restores.append((name, lambda loaded, m=model, n=name: accelerator.backend.load_state_dict(
+            m, _model_weights(n, loaded))))  # fmt: skip
     for i, optimizer in enumerate(accelerator._optimizers):
         restores.append((f"optimizer{_suffix(i)}.bin", optimizer.load_state_dict))
     for i, scheduler in enumerate(accelerator._schedulers):

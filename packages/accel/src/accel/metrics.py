@@ -14,18 +14,11 @@ from typing import Any
 import torch
 
 from accel_state import GradientState, gather, gather_object, gather_uneven, recursively_apply
+from accel_state.nested import leaves
 
 
 class GatherForMetricsError(ValueError):
     """The input cannot be trimmed to one row per real sample."""
-
-
-def _leaves(data: Any) -> list[Any]:
-    if isinstance(data, (list, tuple)):
-        return [leaf for item in data for leaf in _leaves(item)]
-    if isinstance(data, dict):
-        return [leaf for item in data.values() for leaf in _leaves(item)]
-    return [data]
 
 
 def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -> Any:
@@ -33,7 +26,7 @@ def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -
     gradient_state = GradientState()
     loader = gradient_state.active_dataloader
     remainder = gradient_state.remainder
-    tensors_only = all(isinstance(leaf, torch.Tensor) for leaf in _leaves(data))
+    tensors_only = all(isinstance(leaf, torch.Tensor) for leaf in leaves(data))
     if use_gather_object or not tensors_only:
         gathered = gather_object(data)
     elif remainder >= 0 or num_processes == 1:
