@@ -347,8 +347,9 @@ def test_tied_weights_survive_safetensors(tmp_path):
 
 def test_parse_size():
     assert parse_size("10GB") == 10**10 and parse_size("2GiB") == 2 * 2**30 and parse_size(5) == 5
-    with pytest.raises(ValueError, match="max_shard_size"):
-        parse_size("ten")
+    for bad in ("ten", 1e9, 0, -5, None):
+        with pytest.raises(ValueError, match="max_shard_size must be a positive number"):
+            parse_size(bad)
 
 
 def _save_and_load_in_child(acc, folder):
@@ -369,3 +370,19 @@ def test_a_forked_child_saves_and_loads_with_its_own_checking_thread(tmp_path):
         child.kill()
     assert child.exitcode == 0  # with the parent's (dead) thread it would wait forever
     assert (tmp_path / "child" / METADATA_NAME).is_file()
+
+
+def test_a_loader_that_cannot_resume_is_refused_before_anything_is_restored(tmp_path):
+    acc, model, optimizer, scheduler, loader, counter = _setup()
+    folder = save_state(acc, tmp_path / "c")
+    _train(acc, model, optimizer, scheduler, list(loader)[:2], counter)
+    trained = _weights(model)
+
+    class EpochOnly:
+        def set_epoch(self, epoch):
+            pass
+
+    acc._dataloaders.append(EpochOnly())
+    with pytest.raises(ValueError, match="EpochOnly has no load_state_dict"):
+        load_state(acc, folder, restore_dataloader_position=True)
+    assert all(torch.equal(trained[k], v) for k, v in _weights(model).items())

@@ -33,6 +33,9 @@ LOCAL_RANK = "LOCAL_RANK"
 LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
 MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
+# Set by torchrun's elastic agent in every worker.
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # how many times the worker group was restarted
+USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # "True" when the agent hosts the TCPStore
 
 _TRUE_WORDS = {"1", "true", "yes", "on"}
 _FALSE_WORDS = {"0", "false", "no", "off", ""}

@@ -11,14 +11,12 @@ from __future__ import annotations
 import atexit
 import datetime
 import gc
-import os
 
 import torch.distributed as dist
 
+from accel_state import env_vars
 from accel_state.launch_env import LaunchEnvironment, export_for_torch
 
-# Set by torchrun's agent in every worker: how many times the worker group was restarted.
-RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 _teardown_registered = False
 
 
@@ -27,23 +25,15 @@ def init_process_group(found: LaunchEnvironment, backend: str, timeout: datetime
     if dist.is_initialized():
         return False
     export_for_torch(found)
-    attempt = os.environ.get(RESTART_COUNT)
+    attempt = env_vars.read_int(env_vars.RESTART_COUNT)
     if attempt is None:
-        dist.init_process_group(
-            backend=backend,
-            init_method="env://",
-            rank=found.rank,
-            world_size=found.world_size,
-            timeout=timeout,
-        )
+        rendezvous: dict[str, object] = {"init_method": "env://"}
     else:
-        dist.init_process_group(
-            backend=backend,
-            store=dist.PrefixStore(f"accel/attempt_{attempt}/", _elastic_store(found, timeout)),
-            rank=found.rank,
-            world_size=found.world_size,
-            timeout=timeout,
-        )
+        prefix = f"accel/attempt_{attempt}/"
+        rendezvous = {"store": dist.PrefixStore(prefix, _elastic_store(found, timeout))}
+    dist.init_process_group(
+        backend=backend, rank=found.rank, world_size=found.world_size, timeout=timeout, **rendezvous
+    )
     _register_teardown()
     return True
 
@@ -55,7 +45,7 @@ def _elastic_store(found: LaunchEnvironment, timeout: datetime.timedelta) -> dis
     group, so the keys of a failed attempt (peer addresses, barrier counts) are still there and a
     restarted group can hang or connect to dead peers; each attempt therefore gets its own prefix.
     """
-    uses_agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    uses_agent_store = env_vars.read_str(env_vars.USE_AGENT_STORE) == str(True)
     return dist.TCPStore(
         host_name=str(found.master_addr),
         port=int(found.master_port or 0),

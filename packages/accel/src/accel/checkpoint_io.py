@@ -308,11 +308,9 @@ def _load_torch(path: Path) -> Any:
 
 def _load_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     from safetensors import safe_open
-    from safetensors.torch import load_file
 
     with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata() or {}
-    return load_file(path), metadata
+        return {name: handle.get_tensor(name) for name in handle.keys()}, handle.metadata() or {}
 
 
 _TORCH_LOADER = (_load_torch, "a weights-only torch file (tensors and plain containers only)")

@@ -223,16 +223,21 @@ def _loader_state(loader: Any) -> dict[str, Any]:
 
 def _restore_loader(loader: Any, state: dict[str, Any], resume_position: bool) -> None:
     if resume_position:
+        loader.load_state_dict(state)  # _check_resumable_loaders made sure it can
+    elif "epoch" in state and callable(getattr(loader, "set_epoch", None)):
+        # Only the epoch: the caller skips the batches already seen (skip_first_batches), and two
+        # mechanisms that both skip would skip twice.
+        loader.set_epoch(state["epoch"])
+
+
+def _check_resumable_loaders(loaders: list[Any]) -> None:
+    """Refuse restore_dataloader_position before anything is loaded, not after half of it was."""
+    for loader in loaders:
         if not callable(getattr(loader, "load_state_dict", None)):
             raise ValueError(
                 f"load_state(restore_dataloader_position=True): {type(loader).__name__} has no "
                 "load_state_dict; resume with set_epoch and skip_first_batches instead"
             )
-        loader.load_state_dict(state)
-    elif "epoch" in state and callable(getattr(loader, "set_epoch", None)):
-        # Only the epoch: the caller skips the batches already seen (skip_first_batches), and two
-        # mechanisms that both skip would skip twice.
-        loader.set_epoch(state["epoch"])
 
 
 # save_state / load_state -------------------------------------------------------------------------------
@@ -311,6 +316,8 @@ def load_state(
     """
     state = PartialState()
     registry = registry_of(accelerator)
+    if restore_dataloader_position:
+        _check_resumable_loaders(accelerator._dataloaders)
     folder = _load_dir(accelerator, input_dir)
     if state.is_main_process:
         recover_folder(folder)

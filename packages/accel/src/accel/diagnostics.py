@@ -7,7 +7,6 @@ Exit code 0 only when every check passed on every rank.
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import traceback
@@ -17,7 +16,7 @@ from pathlib import Path
 import torch
 
 from accel import Accelerator, set_seed
-from accel_state import gather_object
+from accel_state import env_vars, gather_object
 
 # A check that hangs in a collective must end as a failure, not stall the test for 30 minutes.
 _COLLECTIVE_TIMEOUT_S = 120.0
@@ -26,8 +25,8 @@ _TRAIN_STEPS = 20
 
 def check_process_group(accelerator: Accelerator) -> str:
     """Return a detail line when the process group matches the launcher's env vars; raise otherwise."""
-    expected_world = int(os.environ.get("WORLD_SIZE", "1"))
-    expected_rank = int(os.environ.get("RANK", "0"))
+    expected_world = env_vars.read_int(env_vars.WORLD_SIZE, 1)
+    expected_rank = env_vars.read_int(env_vars.RANK, 0)
     assert accelerator.num_processes == expected_world, (
         f"world size {accelerator.num_processes}, launcher said {expected_world}"
     )
@@ -44,8 +43,8 @@ def check_process_group(accelerator: Accelerator) -> str:
 def check_device(accelerator: Accelerator) -> str:
     """Return the device name after a tensor round-trips through it."""
     device = accelerator.device
-    if os.environ.get("ACCEL_USE_CPU") == "1":
-        assert device.type == "cpu", f"ACCEL_USE_CPU=1 but the device is {device}"
+    if env_vars.read_flag(env_vars.USE_CPU):
+        assert device.type == "cpu", f"{env_vars.USE_CPU} is set but the device is {device}"
     value = torch.arange(4.0).to(device) * 2
     assert value.cpu().tolist() == [0.0, 2.0, 4.0, 6.0], "arithmetic on the device gave a wrong result"
     return str(device)

@@ -56,11 +56,13 @@ _SIZE_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10
 
 def parse_size(size: int | str) -> int:
     """Return `size` in bytes: an int, or a string such as "10GB", "500MB" or "2GiB"."""
-    if isinstance(size, int):
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
         return size
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B)\s*", size.upper())
+    match = isinstance(size, str) and re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B)\s*", size.upper())
     if not match:
-        raise ValueError(f"max_shard_size must be bytes or like '10GB'/'500MB'/'2GiB', got {size!r}")
+        raise ValueError(
+            f"max_shard_size must be a positive number of bytes or like '10GB'/'500MB'/'2GiB', got {size!r}"
+        )
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])
 
 
