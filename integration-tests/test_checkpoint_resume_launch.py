@@ -304,6 +304,40 @@ def test_a_missing_rank_fails_the_others_after_the_timeout_naming_the_operation_
     assert 2.5 < seconds < 15
 
 
+def main_process_stalls_while_reading(timeout):
+    """The main process reads a dispatched stream that stalls; rank 1 reports what it raised, when."""
+    import torch
+
+    from accel import Accelerator
+
+    class Stalling(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            time.sleep(8)
+            yield from torch.arange(8.0)
+
+    accelerator = Accelerator(timeout=timeout)
+    loader = accelerator.prepare(torch.utils.data.DataLoader(Stalling(), batch_size=2))
+    if accelerator.process_index == 0:
+        try:
+            list(loader)  # stalls; rank 1 may have gone by its next scatter
+        except Exception:  # noqa: BLE001 - only rank 1's view is under test
+            pass
+        return None
+    started = time.monotonic()
+    try:
+        next(iter(loader))
+    except Exception as error:  # noqa: BLE001 - the error is the result
+        return type(error).__name__, str(error), time.monotonic() - started
+    return "no error", "", time.monotonic() - started
+
+
+def test_a_stalled_main_process_fails_dispatched_ranks_after_the_timeout_launch():
+    name, message, seconds = run_on_ranks(main_process_stalls_while_reading, 2, 3)[1]
+    assert name == "CollectiveTimeoutError", message
+    assert message.startswith("the dispatched data loader") and "waited 3 s" in message
+    assert 2.5 < seconds < 15
+
+
 def test_accel_timeout_env_sets_the_timeout_launch():
     result, _ = run_on_ranks(rank_one_never_arrives, 2, "gather", None, env={"ACCEL_TIMEOUT": "3"})
     name, message, seconds = result

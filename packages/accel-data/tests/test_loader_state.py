@@ -159,3 +159,10 @@ def test_invalid_states_are_refused():
         loader.load_state_dict({"epoch": 1})
     with pytest.raises(LoaderStateError, match=">= 0"):
         loader.load_state_dict({"epoch": 1, "batches_yielded": -2})
+    not_integers = [
+        {"epoch": "one", "batches_yielded": 0},
+        {"epoch": 0, "batches_yielded": 1, "global_batch_size": [4]},
+    ]
+    for bad in not_integers:
+        with pytest.raises(LoaderStateError, match="must be integers"):
+            loader.load_state_dict(bad)

@@ -151,13 +151,21 @@ class DataLoaderShard(DataLoader):
         for key in ("epoch", "batches_yielded"):
             if key not in state_dict:
                 raise LoaderStateError(f"loader state_dict: missing key {key!r} (got {sorted(state_dict)})")
-        epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
+        try:
+            epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
+            saved_size = state_dict.get("global_batch_size")
+            saved_size = None if saved_size is None else int(saved_size)
+        except (TypeError, ValueError):
+            raise LoaderStateError(
+                "loader state_dict: epoch, batches_yielded and global_batch_size must be integers, got "
+                f"{ {key: state_dict.get(key) for key in ('epoch', 'batches_yielded', 'global_batch_size')} }"
+            ) from None
         if epoch < 0 or done < 0:
             raise LoaderStateError(
                 f"loader state_dict: epoch and batches_yielded must be >= 0, got epoch={epoch}, "
                 f"batches_yielded={done}"
             )
-        done = self._batches_at_this_size(done, state_dict.get("global_batch_size"))
+        done = self._batches_at_this_size(done, saved_size)
         position = self._position
         position.epoch, position.batches_yielded, position.finishing = epoch, done, False
         position.resume = (epoch, done) if done else None
@@ -166,7 +174,7 @@ class DataLoaderShard(DataLoader):
         size = self.global_batch_size
         if not done or not saved_size or not size or saved_size == size:
             return done
-        samples = done * int(saved_size)
+        samples = done * saved_size
         if samples % size:
             raise LoaderStateError(
                 f"loader state_dict: {done} batches of {saved_size} samples ({samples} samples) do not "

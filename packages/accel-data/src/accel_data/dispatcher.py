@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from accel_data.batch_rows import concat_rows, count_rows, take_rows
 from accel_data.iterable_shard import check_sharding
 from accel_state import GradientState, PartialState, send_to_device
+from accel_state.timeouts import names_collective
 
 
 class DispatchError(RuntimeError):
@@ -253,6 +254,7 @@ def _on_cpu(message: Dispatch) -> Dispatch:
     return replace(message, batch=send_to_device(message.batch, "cpu")) if message.has_batch else message
 
 
+@names_collective("the dispatched data loader (waiting for the main process's next batch)")
 def _scatter(payloads: list[bytes] | None) -> bytes:
     """Send rank r `payloads[r]` from the main process (which passes None elsewhere); return ours."""
     received: list[Any] = [None]
