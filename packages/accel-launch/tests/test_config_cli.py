@@ -282,3 +282,12 @@ def test_accel_test_without_the_umbrella_says_so_in_one_line(monkeypatch):
     result = CliRunner().invoke(accel, ["test"])
     assert result.exit_code == 2
     assert result.output.strip().startswith("accel: accel test runs the checks of the `accel` package")
+
+
+def test_config_file_given_to_the_group_is_used_by_its_subcommands(tmp_path):
+    config = _write(tmp_path / "config.yaml", "foo: 1\n")
+    result = CliRunner().invoke(accel, ["config", "--config_file", config, "show"])
+    assert result.exit_code == 2 and f"accel: {config}: key 'foo' is unknown" in result.output
+    other = _write(tmp_path / "other.yaml", "num_processes: 2\n")
+    result = CliRunner().invoke(accel, ["config", "--config_file", config, "show", "--config_file", other])
+    assert result.exit_code == 2 and "--config_file given twice" in result.output

@@ -139,6 +139,23 @@ def test_help_does_not_import_torch():
     assert "Usage: accel launch" in result.stdout
 
 
+def test_config_show_reads_env_var_names_without_importing_torch(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("num_processes: 2\n")
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from accel_launch.cli import accel
+        accel.main(["config", "show", "--config_file", {str(config)!r}],
+                   prog_name="accel", standalone_mode=False)
+        assert "accel_state.env_vars" in sys.modules and "torch" not in sys.modules, "torch imported"
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "mixed_precision:" in result.stdout
+
+
 def test_python_dash_m_runs_the_cli():
     result = subprocess.run(
         [sys.executable, "-m", "accel_launch.cli", "--help"], capture_output=True, text=True, timeout=60

@@ -55,3 +55,19 @@ def test_notebook_launcher_refuses_after_cuda_was_initialised(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     with pytest.raises(NotebookLaunchError, match="CUDA was already initialised in this process"):
         notebook_launcher(fail_on_rank_one, num_processes=2)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"num_processes": 0}, "num_processes must be at least 1, got 0"),
+        ({"mixed_precision": "fp8"}, "mixed_precision must be one of no, fp16, bf16, got 'fp8'"),
+        ({"use_port": "abc"}, "use_port must be a port number in \\[1, 65535\\], got 'abc'"),
+        ({"use_port": 70000}, "use_port must be a port number"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(arguments, message):
+    calls = []
+    with pytest.raises(NotebookLaunchError, match=message):
+        notebook_launcher(calls.append, (1,), **{"num_processes": 2, **arguments})
+    assert calls == []

@@ -248,6 +248,14 @@ def config(ctx: click.Context, config_file: str | None) -> None:
     click.echo(f"accel: config written to {path}")
 
 
+def _with_group_config_file(ctx: click.Context, own: str | None) -> str | None:
+    """Return the subcommand's --config_file, else the one given to `accel config` before it."""
+    group = ctx.parent.params.get("config_file") if ctx.parent is not None else None
+    if own is not None and group is not None and own != group:
+        raise click.UsageError(f"--config_file given twice: {group} (to accel config) and {own}")
+    return own if own is not None else group
+
+
 @config.command("default", context_settings=_CONTEXT)
 @_config_file_option
 @click.option(
@@ -258,9 +266,12 @@ def config(ctx: click.Context, config_file: str | None) -> None:
     help="Mixed precision to write into the config.",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing config file.")
-def config_default(config_file: str | None, mixed_precision: str, force: bool) -> None:
+@click.pass_context
+def config_default(ctx: click.Context, config_file: str | None, mixed_precision: str, force: bool) -> None:
     """Write a config for this machine without questions: every GPU, else one CPU process."""
     import torch
+
+    config_file = _with_group_config_file(ctx, config_file)
 
     from accel_launch.config_file import locate_config, write_config
     from accel_launch.questionnaire import basic_config
@@ -284,6 +295,7 @@ def config_show(ctx: click.Context, config_file: str | None, **flags: Any) -> No
     """Print the effective config and where each value came from (default, file, env, flag)."""
     from accel_launch.env_report import config_lines
 
+    config_file = _with_group_config_file(ctx, config_file)
     effective, found = load_effective_config(config_file, _given_flags(ctx, flags))
     state = "" if found else " (not found; defaults shown)"
     click.echo(f"config file: {effective.path}{state}")

@@ -37,8 +37,7 @@ def notebook_launcher(
     Otherwise N processes are forked, each with RANK/WORLD_SIZE/... and ACCEL_* env vars set like
     `accel launch` sets them (ACCEL_USE_CPU on a CPU-only run, ACCEL_MIXED_PRECISION).
     """
-    if num_processes is not None and num_processes < 1:
-        raise NotebookLaunchError(f"num_processes must be at least 1, got {num_processes}")
+    _check_arguments(num_processes, mixed_precision, use_port)
     import torch
 
     cuda = torch.cuda.is_available() and not cpu
@@ -51,6 +50,20 @@ def notebook_launcher(
             return [function(*args)]
     _check_fork_is_safe()
     return _launch(function, args, num_processes, env, master_addr, use_port, max_restarts, monitor_interval)
+
+
+def _check_arguments(num_processes: int | None, mixed_precision: str, use_port: int | str | None) -> None:
+    """Raise NotebookLaunchError naming the first bad argument, before anything starts."""
+    from accel_launch.config_schema import RUNNABLE_MIXED_PRECISION
+
+    if num_processes is not None and num_processes < 1:
+        raise NotebookLaunchError(f"num_processes must be at least 1, got {num_processes}")
+    if mixed_precision not in RUNNABLE_MIXED_PRECISION:
+        raise NotebookLaunchError(
+            f"mixed_precision must be one of {', '.join(RUNNABLE_MIXED_PRECISION)}, got {mixed_precision!r}"
+        )
+    if use_port is not None and not (str(use_port).isdigit() and 1 <= int(use_port) <= 65535):
+        raise NotebookLaunchError(f"use_port must be a port number in [1, 65535], got {use_port!r}")
 
 
 def _worker_env(use_cpu: bool, mixed_precision: str, num_processes: int) -> dict[str, str]:

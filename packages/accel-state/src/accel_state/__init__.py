@@ -1,33 +1,59 @@
 """accel-state: launch environment, process group, device, shared state and collectives."""
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from accel_state.__about__ import __version__
-from accel_state.accelerator_state import AcceleratorState, MixedPrecisionError
-from accel_state.backend import (
-    Backend,
-    BackendNotAvailableError,
-    Preparation,
-    create_backend,
-    register_backend,
-)
-from accel_state.collectives import (
-    barrier,
-    broadcast,
-    broadcast_object_list,
-    gather,
-    gather_object,
-    gather_uneven,
-    pad_across_processes,
-    reduce,
-)
-from accel_state.distributed_type import DistributedType
-from accel_state.env_vars import EnvVarError
-from accel_state.gradient_state import GradientState
-from accel_state.launch_env import LaunchEnvironment, LaunchEnvironmentError, detect_launch_environment
-from accel_state.native_backend import NativeBackend
-from accel_state.nested import recursively_apply, send_to_device
-from accel_state.partial_state import PartialState
-from accel_state.seeding import get_rng_states, set_rng_states, set_seed
-from accel_state.shape_check import CollectiveShapeError
+
+# Names are imported on first use (PEP 562), so that `from accel_state import env_vars`, as the
+# CLI does, does not import torch: the package's modules below are the ones that do.
+_HOMES = {
+    "AcceleratorState": "accelerator_state",
+    "MixedPrecisionError": "accelerator_state",
+    "Backend": "backend",
+    "BackendNotAvailableError": "backend",
+    "Preparation": "backend",
+    "create_backend": "backend",
+    "register_backend": "backend",
+    "barrier": "collectives",
+    "broadcast": "collectives",
+    "broadcast_object_list": "collectives",
+    "gather": "collectives",
+    "gather_object": "collectives",
+    "gather_uneven": "collectives",
+    "pad_across_processes": "collectives",
+    "reduce": "collectives",
+    "DistributedType": "distributed_type",
+    "EnvVarError": "env_vars",
+    "GradientState": "gradient_state",
+    "LaunchEnvironment": "launch_env",
+    "LaunchEnvironmentError": "launch_env",
+    "detect_launch_environment": "launch_env",
+    "NativeBackend": "native_backend",
+    "recursively_apply": "nested",
+    "send_to_device": "nested",
+    "PartialState": "partial_state",
+    "get_rng_states": "seeding",
+    "set_rng_states": "seeding",
+    "set_seed": "seeding",
+    "CollectiveShapeError": "shape_check",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'accel_state' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"accel_state.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = [
     "AcceleratorState",

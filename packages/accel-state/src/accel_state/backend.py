@@ -85,6 +85,8 @@ def _load_entry_point(distributed_type: DistributedType) -> BackendFactory | Non
 
 def create_backend(distributed_type: DistributedType, state: PartialState) -> Backend:
     """Return the backend object for `distributed_type`, loading its adapter if needed."""
+    import accel_state.native_backend  # noqa: F401 - registers the built-in backends on import
+
     distributed_type = DistributedType(distributed_type)
     factory = _registry.get(distributed_type) or _load_entry_point(distributed_type)
     if factory is None:
