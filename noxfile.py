@@ -7,6 +7,7 @@ packages from their folders, never from an index.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -17,7 +18,11 @@ PACKAGES_DIR = ROOT / "packages"
 CONSTRAINTS = str(ROOT / "constraints.txt")
 PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel"]
 
-nox.options.sessions = ["lint", "tests", "integration"]
+# Checkers are pinned: a new release that formats or infers differently must not turn main red.
+LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
+MYPY = "mypy==2.4.1"
+
+nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -68,18 +73,41 @@ def install_packages(session: nox.Session, *packages: str, extra: str = "test") 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree."""
-    session.install("ruff")
+    """ruff (lint and format) over the whole tree, then the import contracts of .importlinter."""
+    session.install(*LINT_TOOLS)
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    # import-linter reads the sources in place: no package (and no torch) is installed for it.
+    source_folders = os.pathsep.join(str(PACKAGES_DIR / name / "src") for name in PACKAGES)
+    session.run("lint-imports", env={"PYTHONPATH": source_folders})
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over every package's src/ (mypy.ini), with the packages and torch installed for their types."""
+    install_packages(session, *PACKAGES)
+    session.install(MYPY)
+    session.run("mypy", *(str(PACKAGES_DIR / name / "src") for name in PACKAGES))
 
 
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    """A package's own unit tests, in a venv with only its declared dependencies."""
+    """A package's own unit tests, in a venv with only its declared dependencies.
+
+    Arguments after `--` go to pytest: `nox -s tests -- -m "not slow"` skips the tests that start processes.
+    """
     install_packages(session, package)
     session.run("pip", "check")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", str(PACKAGES_DIR / package / "tests"), env=TEST_ENV)
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(PACKAGES_DIR / package / "tests"),
+        *session.posargs,
+        env=TEST_ENV,
+    )
 
 
 @nox.session
@@ -110,5 +138,12 @@ def example(session: nox.Session) -> None:
 def benchmark(session: nox.Session) -> None:
     """Every benchmark: each measures accel against raw PyTorch in the same run."""
     install_packages(session, "accel", extra="test")
-    for script in ("overhead.py", "data_loader.py", "precision.py", "launch_overhead.py", "checkpoint.py"):
+    for script in (
+        "overhead.py",
+        "data_loader.py",
+        "precision.py",
+        "launch_overhead.py",
+        "checkpoint.py",
+        "collectives.py",
+    ):
         session.run("python", str(ROOT / "benchmarks" / script))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from accel_launch.testing import run_on_ranks
+
+pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-5
 
@@ -14,6 +17,7 @@ def train_with_accumulation(batch_size, accumulation_steps, epochs=2):
     from torch.utils.data import DataLoader, TensorDataset
 
     from accel import Accelerator, set_seed
+    from accel.testing import train_steps
 
     accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
     set_seed(3)
@@ -26,13 +30,7 @@ def train_with_accumulation(batch_size, accumulation_steps, epochs=2):
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     syncs = []
     for _ in range(epochs):
-        for xb, yb in loader:
-            with accelerator.accumulate(model):
-                loss = torch.nn.functional.mse_loss(model(xb), yb)
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
-                syncs.append(accelerator.sync_gradients)
+        syncs += [step.sync_gradients for step in train_steps(accelerator, model, optimizer, loader)]
     state = accelerator.unwrap_model(model).state_dict()
     return {"weights": {k: v.tolist() for k, v in state.items()}, "syncs": syncs}
 
@@ -56,6 +54,7 @@ def count_all_reduces(accumulation_steps):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     from accel import Accelerator
+    from accel.testing import train_steps
 
     accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
     model = torch.nn.Linear(4, 1)
@@ -72,11 +71,8 @@ def count_all_reduces(accumulation_steps):
     per_step = []
     for batch in loader:
         before = len(calls)
-        with accelerator.accumulate(model):
-            accelerator.backward(model(batch).sum())
-            optimizer.step()
-            optimizer.zero_grad()
-        per_step.append((accelerator.sync_gradients, len(calls) - before))
+        (step,) = train_steps(accelerator, model, optimizer, [batch], lambda model, x: model(x).sum())
+        per_step.append((step.sync_gradients, len(calls) - before))
     return per_step
 
 

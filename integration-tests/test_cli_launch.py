@@ -12,6 +12,8 @@ import pytest
 from accel_launch.ports import find_free_port
 from accel_launch.testing import stop_job
 
+pytestmark = pytest.mark.slow
+
 GATHER_SCRIPT = textwrap.dedent(
     """
     import os, sys

@@ -6,6 +6,8 @@ import pytest
 
 from accel_launch.testing import run_on_ranks
 
+pytestmark = pytest.mark.slow
+
 
 def exercise_collectives():
     import torch

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
 import torch
 
 from accel_launch.testing import launch_script
+
+pytestmark = pytest.mark.slow
 
 TOLERANCE = 0.0  # bit-exact: the resumed run is the run that never stopped
 

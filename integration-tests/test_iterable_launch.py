@@ -12,6 +12,8 @@ from torch.utils.data import IterableDataset
 
 from accel_launch.testing import run_on_ranks
 
+pytestmark = pytest.mark.slow
+
 CASES = [
     # stream length, batch size, split_batches, how the loader is prepared
     (24, 4, False, "dispatch"),  # 24 divides by 2*4 and 3*4

@@ -8,7 +8,11 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from accel_launch.testing import launch_script
+
+pytestmark = pytest.mark.slow
 
 CRASHING = textwrap.dedent(
     """

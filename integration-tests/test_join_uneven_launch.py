@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from accel_launch.testing import run_on_ranks
+
+pytestmark = pytest.mark.slow
 
 
 def train_on_uneven_shards(use_override):

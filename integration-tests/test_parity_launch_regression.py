@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from accel_launch.testing import launch_script
+
+pytestmark = pytest.mark.slow
 
 TOLERANCE = 1e-5
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from accel_launch.testing import launch_script
+
+pytestmark = pytest.mark.slow
 
 SCRIPT = """
 import sys

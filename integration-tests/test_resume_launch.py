@@ -7,7 +7,11 @@ loader's state, and `gather_for_metrics` over the stopped and resumed parts sees
 
 from __future__ import annotations
 
+import pytest
+
 from accel_launch.testing import run_on_ranks
+
+pytestmark = pytest.mark.slow
 
 CASES = [
     # dataset size, batch size, split_batches, even_batches, drop_last, shuffle, batches before stop, epoch

@@ -6,6 +6,8 @@ import pytest
 
 from accel_launch.testing import run_on_ranks
 
+pytestmark = pytest.mark.slow
+
 CASES = [
     # dataset size, batch size, split_batches, shuffle, even_batches, drop_last
     (64, 8, False, False, True, False),

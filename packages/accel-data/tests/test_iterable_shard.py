@@ -106,6 +106,7 @@ def _plan_batches(steps, rank):
     return [m.batch.tolist() for step in steps for m in [step[rank]] if m.has_batch]
 
 
+@pytest.mark.slow
 def test_shards_and_dispatch_plan_agree_over_a_grid():
     checked = 0
     for n, length, batch_size, split, even, drop_last in GRID:

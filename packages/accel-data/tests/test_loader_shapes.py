@@ -59,6 +59,7 @@ def test_collate_outputs_keep_their_type_and_strings(collate):
         assert isinstance(first, Pair) and first.label == ["w3", "w4", "w5"]
 
 
+@pytest.mark.slow
 def test_worker_processes_and_persistent_workers_carry_over():
     def factory():
         return DataLoader(

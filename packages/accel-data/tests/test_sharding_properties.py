@@ -8,6 +8,7 @@ global order (steps in order, ranks in order within a step) is the 1-process ord
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,7 @@ def _rank_batches(size, batch_size, n, split, even, drop_last, shuffle):
     return loaders, batches
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(
     n=st.integers(1, 4),

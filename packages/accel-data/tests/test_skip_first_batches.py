@@ -255,6 +255,7 @@ def test_unknown_dataloader_subclasses_keep_their_own_iteration():
     assert len(skipped) == 3 and skipped.batch_size == 2
 
 
+@pytest.mark.slow
 def test_worker_processes_load_the_rest():
     def make():
         return DataLoader(_Counted(40), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True)

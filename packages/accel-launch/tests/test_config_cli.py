@@ -173,7 +173,7 @@ def test_flag_beats_file_and_file_beats_defaults(tmp_path, launched, script):
     assert _argv_value(argv, "--nproc_per_node") == "3"
     assert env["ACCEL_MIXED_PRECISION"] == "bf16"
     assert env["ACCEL_GRADIENT_ACCUMULATION_STEPS"] == "2"
-    assert _argv_value(argv, "--rdzv_backend") == "static"
+    assert _argv_value(argv, "--rdzv_backend") == "accel-loopback"  # one machine
 
 
 def test_bool_flag_can_turn_off_a_file_value(tmp_path, launched, script):
@@ -186,11 +186,13 @@ def test_bool_flag_can_turn_off_a_file_value(tmp_path, launched, script):
 
 def test_c10d_log_dir_and_tee_reach_torchrun(tmp_path, launched, script):
     args = ["launch", "--rdzv_backend", "c10d", "--log_dir", str(tmp_path), "--tee", "3",
-            "--main_process_port", "1234", script]  # fmt: skip
+            "--num_machines", "2", "--main_process_ip", "10.0.0.1", "--main_process_port", "1234",
+            script]  # fmt: skip
     assert CliRunner().invoke(accel, args).exit_code == 0
     argv, _ = launched[0]
     assert _argv_value(argv, "--rdzv_backend") == "c10d"
-    assert _argv_value(argv, "--rdzv_endpoint") == "127.0.0.1:1234"
+    assert _argv_value(argv, "--rdzv_endpoint") == "10.0.0.1:1234"
+    assert _argv_value(argv, "--rdzv_conf") == "is_host=1"
     assert _argv_value(argv, "--log_dir") == str(tmp_path)
     assert _argv_value(argv, "--tee") == "3"
 

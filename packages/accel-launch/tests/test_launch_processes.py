@@ -11,6 +11,8 @@ import pytest
 
 from accel_launch.testing import launch_script
 
+pytestmark = pytest.mark.slow
+
 REPORT_SCRIPT = textwrap.dedent(
     """
     import os, sys

@@ -51,22 +51,27 @@ class Holder:
         return int(os.environ["RANK"]) + 100
 
 
+@pytest.mark.slow
 def test_run_on_ranks_returns_each_ranks_value_in_rank_order():
     assert run_on_ranks(rank_from_env, 2) == [0, 1]
 
 
+@pytest.mark.slow
 def test_run_on_ranks_returns_instances_of_classes_of_the_test_module():
     assert run_on_ranks(rank_info, 2) == [RankInfo(0, 2), RankInfo(1, 2)]
 
 
+@pytest.mark.slow
 def test_run_on_ranks_passes_args_and_runs_collectives():
     assert run_on_ranks(all_reduce_sum, 2, 10, {"by": 5}) == [25, 25]
 
 
+@pytest.mark.slow
 def test_run_on_ranks_finds_functions_by_qualname():
     assert run_on_ranks(Holder.nested_rank, 1) == [100]
 
 
+@pytest.mark.slow
 def test_run_on_ranks_raises_with_the_failing_ranks_traceback():
     with pytest.raises(AssertionError) as info:
         run_on_ranks(raise_on_rank_1, 2, timeout=60)
@@ -88,6 +93,7 @@ def test_run_on_ranks_rejects_functions_it_cannot_reload():
         run_on_ranks(lambda: 0, 1)
 
 
+@pytest.mark.slow
 def test_launch_script_returns_output_and_exit_code(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("import sys\nprint('hello', sys.argv[1:])\nsys.exit(4)\n")
@@ -97,6 +103,7 @@ def test_launch_script_returns_output_and_exit_code(tmp_path):
     assert "accel launch: rank 0 failed with exit code 4" in result.stderr
 
 
+@pytest.mark.slow
 def test_launch_script_timeout_kills_the_job_and_its_workers(tmp_path, running_pids):
     script = tmp_path / "hang.py"
     script.write_text(

@@ -29,6 +29,7 @@ def fail_on_rank_one() -> None:
         raise ValueError("rank one is unhappy")
 
 
+@pytest.mark.slow
 def test_notebook_launcher_runs_two_gloo_ranks(tmp_path):
     results = notebook_launcher(record_rank, (str(tmp_path), 5), num_processes=2, mixed_precision="bf16")
     assert [r["rank"] for r in results] == [0, 1]
@@ -44,6 +45,7 @@ def test_notebook_launcher_one_process_runs_in_process():
     assert notebook_launcher(os.getpid) == [os.getpid()]  # None on a CPU machine
 
 
+@pytest.mark.slow
 def test_notebook_launcher_names_the_failing_rank():
     with pytest.raises(NotebookLaunchError, match="rank 1 of 2 failed"):
         notebook_launcher(fail_on_rank_one, num_processes=2)

@@ -10,14 +10,18 @@ import torch
 from accel_state import (
     Backend,
     BackendNotAvailableError,
+    BackendOptions,
     DistributedType,
     NativeBackend,
     PartialState,
-    Preparation,
+    PreparedObjects,
+    ProcessSetup,
+    TorchCommunicator,
     create_backend,
     register_backend,
 )
 from accel_state import backend as backend_module
+from accel_state.shared_state import per_thread_state, use_per_thread_state
 
 
 @pytest.fixture
@@ -33,6 +37,29 @@ def registry(monkeypatch):
         backend_module._registry.update(saved)
 
 
+class _FakeFactory:
+    """A registered backend: records how it set the process up and what it built."""
+
+    per_thread_state = False
+    available = True
+
+    def __init__(self, kind=DistributedType.XLA):
+        self.kind = kind
+        self.setups = []
+        self.built = []
+
+    def is_available(self):
+        return self.available
+
+    def setup_process(self, launch, *, cpu, timeout):
+        self.setups.append((launch.world_size, cpu, timeout))
+        return ProcessSetup(self.kind, torch.device("cpu"), None, TorchCommunicator())
+
+    def __call__(self, state, options):
+        self.built.append((state, options))
+        return ("fake backend", state, options)
+
+
 def test_no_distribution_gets_the_native_backend(registry):
     backend = create_backend(DistributedType.NO, PartialState())
     assert isinstance(backend, NativeBackend)
@@ -40,17 +67,12 @@ def test_no_distribution_gets_the_native_backend(registry):
     assert backend.state.__dict__ is PartialState().__dict__
 
 
-def test_registered_factory_builds_the_backend(registry):
-    made = []
-
-    def factory(state):
-        made.append(state)
-        return "fake backend"
-
+def test_registered_factory_builds_the_backend_with_its_options(registry):
+    factory = _FakeFactory()
     register_backend("XLA", factory)
-    state = PartialState()
-    assert create_backend(DistributedType.XLA, state) == "fake backend"
-    assert made == [state]
+    state, options = PartialState(), BackendOptions(plugin={"zero": 3})
+    assert create_backend(DistributedType.XLA, state, options) == ("fake backend", state, options)
+    assert factory.built == [(state, options)]
 
 
 def test_unknown_type_without_registration_names_type_and_extra(registry):
@@ -59,24 +81,89 @@ def test_unknown_type_without_registration_names_type_and_extra(registry):
         create_backend(DistributedType.DEEPSPEED, PartialState())
 
 
+def test_a_factory_whose_libraries_are_missing_is_not_available(registry):
+    factory = _FakeFactory()
+    factory.available = False
+    register_backend(DistributedType.FSDP, factory)
+    with pytest.raises(BackendNotAvailableError, match=r"FSDP.*accel\[fsdp\]"):
+        create_backend(DistributedType.FSDP, PartialState())
+
+
 def test_entry_point_is_loaded_and_remembered(registry):
     backend_module._registry.pop(DistributedType.XLA, None)
     loads = []
+    factory = _FakeFactory()
 
     def load():
         loads.append(1)
-        return lambda state: ("xla backend", state)
+        return factory
 
     registry.append(SimpleNamespace(name="XLA", load=load))
     state = PartialState()
-    assert create_backend(DistributedType.XLA, state) == ("xla backend", state)
+    assert create_backend(DistributedType.XLA, state)[0] == "fake backend"
     create_backend(DistributedType.XLA, state)
     assert loads == [1]
 
 
 def test_registry_fixture_left_no_extra_entries():
     assert DistributedType.XLA not in backend_module._registry
-    assert set(backend_module._registry) >= {DistributedType.NO, DistributedType.MULTI_CPU}
+
+
+def test_the_native_backend_is_found_without_registration_by_import(registry):
+    backend_module._registry.clear()
+    assert backend_module.backend_factory(DistributedType.MULTI_CPU) is NativeBackend
+
+
+def test_partial_state_hands_setup_to_the_backend_of_the_requested_type(registry, monkeypatch):
+    factory = _FakeFactory(DistributedType.XLA)
+    register_backend(DistributedType.XLA, factory)
+    monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "xla")
+    state = PartialState(cpu=True, timeout=12)
+    assert state.distributed_type is DistributedType.XLA
+    assert [(world, cpu, timeout.total_seconds()) for world, cpu, timeout in factory.setups] == [
+        (1, True, 12.0)
+    ]
+
+
+def test_the_argument_beats_the_environment_variable(registry, monkeypatch):
+    factory = _FakeFactory(DistributedType.FSDP)
+    register_backend(DistributedType.FSDP, factory)
+    monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "XLA")
+    assert PartialState(distributed_type="FSDP").distributed_type is DistributedType.FSDP
+
+
+def test_a_bad_distributed_type_names_the_variable(monkeypatch):
+    from accel_state import EnvVarError
+
+    monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "TPU")
+    with pytest.raises(EnvVarError, match=r"ACCEL_DISTRIBUTED_TYPE.*'TPU'.*MULTI_CPU"):
+        PartialState()
+    assert not PartialState._shared_state  # nothing half-built
+
+
+def test_a_backend_may_ask_for_shared_state_per_thread(registry, monkeypatch):
+    import threading
+
+    factory = _FakeFactory(DistributedType.XLA)
+    factory.per_thread_state = True
+    register_backend(DistributedType.XLA, factory)
+    monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "XLA")
+    seen = []
+    try:
+        PartialState()
+        assert per_thread_state()
+
+        def replica():
+            seen.append(PartialState()._shared_state)
+
+        thread = threading.Thread(target=replica)
+        thread.start()
+        thread.join()
+        assert len(factory.setups) == 2  # the thread set its own state up
+        assert seen[0] is not PartialState()._shared_state
+    finally:
+        PartialState._reset_state()
+        use_per_thread_state(False)
 
 
 class _CompileWrapper(torch.nn.Module):
@@ -106,10 +193,11 @@ def test_prepare_places_models_on_the_state_device_without_ddp():
     state = SimpleNamespace(device=torch.device("meta"), use_distributed=False)
     backend = NativeBackend(state)
     model = torch.nn.Linear(2, 2)
-    prepared = backend.prepare(Preparation(models=[model]), device_placement=True)
+    prepared = backend.prepare(PreparedObjects(models=[model]))
     assert type(prepared.models[0]) is torch.nn.Linear
     assert prepared.models[0].weight.device.type == "meta"
-    kept = backend.prepare(Preparation(models=[torch.nn.Linear(2, 2)]), device_placement=False)
+    unplaced = torch.nn.Linear(2, 2)
+    kept = backend.prepare(PreparedObjects(models=[unplaced], device_placement={id(unplaced): False}))
     assert kept.models[0].weight.device.type == "cpu"
 
 

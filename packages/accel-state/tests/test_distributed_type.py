@@ -12,6 +12,7 @@ def test_values_are_accelerates_strings():
         "MULTI_GPU": "MULTI_GPU",
         "DEEPSPEED": "DEEPSPEED",
         "XLA": "XLA",
+        "FSDP": "FSDP",
     }
 
 

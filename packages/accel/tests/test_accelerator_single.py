@@ -8,6 +8,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, DistributedType, set_seed
+from accel.testing import train_steps
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler
 from accel_data import DataLoaderShard
 from accel_state import MixedPrecisionError
@@ -181,10 +182,7 @@ def test_optimizer_steps_only_on_sync_steps_while_accumulating():
     start = model.weight.item()
     weights = []
     for _ in range(4):
-        with accelerator.accumulate(model):
-            accelerator.backward(model(torch.ones(1, 1)).sum())
-            optimizer.step()
-            optimizer.zero_grad()
+        train_steps(accelerator, model, optimizer, [torch.ones(1, 1)], lambda model, x: model(x).sum())
         weights.append(model.weight.item())
     # Two halves of d(w*1 + b)/dw = 1 accumulate into one step of lr * 1.
     assert weights == pytest.approx([start, start - 0.1, start - 0.1, start - 0.2])

@@ -18,9 +18,14 @@ from safetensors.torch import load_file
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, set_seed
-from accel.checkpoint_io import METADATA_NAME, CheckpointError, recover_folder
-from accel.checkpointing import list_checkpoints, load_state, registry_of, save_state
+from accel.checkpoint_errors import CheckpointError
+from accel.checkpoint_folder import recover_folder
+from accel.checkpoint_format import METADATA_NAME
+from accel.checkpoint_naming import list_checkpoints
+from accel.checkpoint_registry import registry_of
+from accel.checkpointing import load_state, save_state
 from accel.project_config import ProjectConfiguration
+from accel.testing import train_steps
 from accel.weight_files import parse_size, save_model
 
 
@@ -53,14 +58,8 @@ def _setup(mixed_precision="no", project=None, accumulation=1):
 
 
 def _train(accelerator, model, optimizer, scheduler, batches, counter):
-    for xb, yb in batches:
-        with accelerator.accumulate(model):
-            loss = torch.nn.functional.mse_loss(model(xb), yb)
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-        counter.value += 1
+    train_steps(accelerator, model, optimizer, batches, scheduler=scheduler)
+    counter.value += len(batches)
 
 
 def _weights(model):
@@ -356,6 +355,7 @@ def _save_and_load_in_child(acc, folder):
     load_state(acc, save_state(acc, folder))
 
 
+@pytest.mark.slow
 def test_a_forked_child_saves_and_loads_with_its_own_checking_thread(tmp_path):
     import multiprocessing
 

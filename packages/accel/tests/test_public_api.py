@@ -22,3 +22,35 @@ def test_all_lists_the_public_names():
         accel.__all__
     )
     assert all(hasattr(accel, name) for name in accel.__all__)
+
+
+ERRORS_AND_HOMES = {
+    "CollectiveTimeoutError": "accel_state",
+    "CollectiveShapeError": "accel_state",
+    "BackendNotAvailableError": "accel_state",
+    "EnvVarError": "accel_state",
+    "LaunchEnvironmentError": "accel_state",
+    "MixedPrecisionError": "accel_state",
+    "ShardingError": "accel_data",
+    "LoaderStateError": "accel_data",
+    "DispatchError": "accel_data",
+    "ConfigError": "accel_launch",
+    "LaunchOptionsError": "accel_launch",
+    "NotebookLaunchError": "accel_launch",
+    "CheckpointError": "accel",
+    "CheckpointTargetError": "accel",
+    "CheckpointWriteError": "accel",
+    "GatherForMetricsError": "accel",
+}
+
+
+def test_every_error_a_user_may_catch_is_exported_by_its_package_and_by_accel():
+    import importlib
+
+    for name, home in ERRORS_AND_HOMES.items():
+        package = importlib.import_module(home)
+        error = getattr(package, name)
+        assert issubclass(error, Exception), name
+        assert name in package.__all__, f"{home}.__all__ lacks {name}"
+        assert getattr(accel, name) is error, name
+        assert name in accel.__all__, name

@@ -1,6 +1,7 @@
 """accel-amp: precision policies (fp32, bf16, fp16 with loss scaling) and wrapped optimizers/schedulers."""
 
 from accel_amp.__about__ import __version__
+from accel_amp.loss_scaling import LossScaler
 from accel_amp.optimizer import AcceleratedOptimizer
 from accel_amp.precision import (
     Bf16Policy,
@@ -16,6 +17,7 @@ __all__ = [
     "AcceleratedScheduler",
     "Bf16Policy",
     "Fp16Policy",
+    "LossScaler",
     "PrecisionPolicy",
     "__version__",
     "convert_to_fp32",

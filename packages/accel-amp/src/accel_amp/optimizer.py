@@ -1,17 +1,34 @@
-"""`AcceleratedOptimizer`: the user's optimizer, stepping only on sync steps and through the scaler."""
+"""`AcceleratedOptimizer`: the user's optimizer, stepping only on sync steps and through the backend."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from accel_amp.loss_scaling import LossScaler
 from accel_state import GradientState, send_to_device
 
 
+class Stepper(Protocol):
+    """Who applies a step and unscales gradients: the backend (or, alone, a `LossScaler`)."""
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]: ...
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+
 class AcceleratedOptimizer(torch.optim.Optimizer):
-    """Wraps an optimizer; `step`/`zero_grad` skip accumulation steps, fp16 steps go through the scaler."""
+    """Wraps an optimizer; `step` applies only on sync steps, through the backend's step hook.
+
+    `zero_grad` never throws away gradients that an accumulation window still needs: a plain
+    PyTorch loop calls it first, so on a window's last micro-step it would wipe what the window
+    accumulated just before the last backward. With accumulation it clears only gradients that a
+    step has applied, or when none are pending.
+    """
 
     def __init__(
         self,
@@ -19,20 +36,23 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         device_placement: bool = True,
         scaler: torch.amp.GradScaler | None = None,
         device: torch.device | None = None,
+        stepper: Stepper | None = None,
     ) -> None:
         # The wrapped optimizer owns all optimizer state; Optimizer.__init__ is deliberately not run.
         self.optimizer = optimizer
         self.scaler = scaler
+        self.stepper: Stepper = stepper if stepper is not None else LossScaler(scaler)
         self.gradient_state = GradientState()
         self._step_was_skipped = False
-        self._unscaled = False
+        self._stepped_since_clear = False
+        self._backward_calls_at_clear = self.gradient_state.backward_calls
         if device_placement and device is not None and optimizer.state:
             state_dict = send_to_device(optimizer.state_dict(), device)
             optimizer.load_state_dict(state_dict)
 
     # Delegated attributes ---------------------------------------------------------------
     @property
-    def state(self) -> Any:  # type: ignore[override]
+    def state(self) -> Any:
         return self.optimizer.state
 
     @state.setter
@@ -40,7 +60,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.state = value
 
     @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -48,7 +68,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.param_groups = value
 
     @property
-    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+    def defaults(self) -> dict[str, Any]:
         return self.optimizer.defaults
 
     @defaults.setter
@@ -84,28 +104,26 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def unscale_gradients(self) -> None:
         """Divide the gradients by the loss scale, once per step (before clipping)."""
-        if self.scaler is not None and not self._unscaled and self.gradient_state.sync_gradients:
-            self.scaler.unscale_(self.optimizer)
-            self._unscaled = True
+        if self.gradient_state.sync_gradients:
+            self.stepper.unscale_gradients(self.optimizer)
+
+    def _gradients_pending(self) -> bool:
+        return self.gradient_state.backward_calls != self._backward_calls_at_clear
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if self.gradient_state.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+        if self.gradient_state.num_steps > 1:
+            # Inside an accumulation window: keep gradients no step has applied yet.
+            if not self._stepped_since_clear and self._gradients_pending():
+                return
+        elif not self.gradient_state.sync_gradients:
+            return
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+        self._stepped_since_clear = False
+        self._backward_calls_at_clear = self.gradient_state.backward_calls
 
     def step(self, closure: Callable[[], float] | None = None) -> Any:
         if not self.gradient_state.sync_gradients:
             return None
-        if self.scaler is None:
-            self._step_was_skipped = False
-            return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        scale_before = self.scaler.get_scale()
-        result = (
-            self.scaler.step(self.optimizer, closure)
-            if closure is not None
-            else self.scaler.step(self.optimizer)
-        )
-        self.scaler.update()
-        # The scaler lowers its scale exactly when it found inf/NaN gradients and skipped the step.
-        self._step_was_skipped = self.scaler.get_scale() < scale_before
-        self._unscaled = False
+        result, self._step_was_skipped = self.stepper.optimizer_step(self.optimizer, closure)
+        self._stepped_since_clear = True  # a skipped (overflowed) step consumed its gradients too
         return result

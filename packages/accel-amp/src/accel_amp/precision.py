@@ -1,7 +1,8 @@
 """Precision policies: how a step computes (fp32, bf16 or fp16 autocast) and scales its loss.
 
-A policy is composed with the backend rather than branched on inside it: the facade asks the
-policy for an autocast context, a loss scale and a gradient scaler, whatever the backend.
+A policy is handed to the backend as an object (it implements accel_state's `Precision`
+protocol) and the backend calls it: for the forward's autocast, the loss scale, unscaling and the
+optimizer step. Backends never branch on the mode.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from accel_state import recursively_apply
+from accel_amp.loss_scaling import LossScaler
+from accel_state import FullPrecision, recursively_apply
 
 _ORIGINAL_FORWARD = "_accel_original_forward"
 # Marks a model whose forward came from its class (nothing to restore on the instance).
@@ -46,15 +49,16 @@ class _AutocastForward:
         return convert_to_fp32(outputs)
 
 
-class PrecisionPolicy:
+class PrecisionPolicy(FullPrecision):
     """Full precision: no autocast, no scaling. The base of the mixed policies."""
 
     mode = "no"
     autocast_dtype: torch.dtype | None = None
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, scaler: torch.amp.GradScaler | None = None) -> None:
         self.device = torch.device(device)
-        self.scaler: torch.amp.GradScaler | None = None
+        self.scaler = scaler
+        self.loss_scaler = LossScaler(scaler)
 
     def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
         """Return the context that runs ops in this policy's low precision."""
@@ -91,10 +95,18 @@ class PrecisionPolicy:
         return model
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """Return the loss to call backward on."""
-        if self.scaler is None:
-            return loss
-        return self.scaler.scale(loss)
+        """Return the loss to call backward on (scaled for fp16)."""
+        return self.loss_scaler.scale_loss(loss)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide `optimizer`'s gradients by the loss scale, once per step (fp16 only)."""
+        self.loss_scaler.unscale_gradients(optimizer)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]:
+        """Step `optimizer` (through the scaler for fp16); return its result and whether it was skipped."""
+        return self.loss_scaler.optimizer_step(optimizer, closure)
 
 
 class Bf16Policy(PrecisionPolicy):
@@ -111,8 +123,8 @@ class Fp16Policy(PrecisionPolicy):
     autocast_dtype = torch.float16
 
     def __init__(self, device: torch.device, **scaler_kwargs: Any) -> None:
-        super().__init__(device)
-        self.scaler = torch.amp.GradScaler(self.device.type, **scaler_kwargs)
+        device = torch.device(device)
+        super().__init__(device, torch.amp.GradScaler(device.type, **scaler_kwargs))
 
 
 _POLICIES: dict[str, type[PrecisionPolicy]] = {

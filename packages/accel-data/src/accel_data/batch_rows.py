@@ -30,6 +30,12 @@ def _rebuild(container: list | tuple, items: list[Any]) -> Any:
     return type(container)(*items) if _is_namedtuple(container) else type(container)(items)
 
 
+def _rebuild_mapping(mapping: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
+    # Mapping declares no constructor; the classes of batches (dict, OrderedDict, BatchEncoding) take a dict.
+    mapping_class: Any = type(mapping)
+    return mapping_class(items)
+
+
 def _is_row_sequence(data: Any) -> bool:
     """A list or tuple of plain items: one item per row."""
     return (
@@ -89,7 +95,7 @@ def take_rows(batch: Any, index: RowIndex) -> Any:
         rows = batch[index] if isinstance(index, slice) else [batch[i] for i in index]
         return type(batch)(rows)
     if isinstance(batch, Mapping):
-        return type(batch)({key: take_rows(value, index) for key, value in batch.items()})
+        return _rebuild_mapping(batch, {key: take_rows(value, index) for key, value in batch.items()})
     if isinstance(batch, (list, tuple)):
         return _rebuild(batch, [take_rows(value, index) for value in batch])
     return batch
@@ -112,7 +118,7 @@ def concat_rows(first: Any, second: Any) -> Any:
     if isinstance(first, Mapping):
         if set(first) != set(second):
             raise ShardingError(f"cannot join batches with keys {sorted(first)} and {sorted(second)}")
-        return type(first)({key: concat_rows(value, second[key]) for key, value in first.items()})
+        return _rebuild_mapping(first, {key: concat_rows(value, second[key]) for key, value in first.items()})
     if isinstance(first, (list, tuple)):
         if len(first) != len(second):
             raise ShardingError(f"cannot join batches of {len(first)} and {len(second)} parts")

@@ -25,6 +25,9 @@ class ShardingError(ValueError):
 class BatchSamplerShard(BatchSampler):
     """Yields the batches of `batch_sampler` that belong to process `process_index`."""
 
+    # BatchSampler declares an int; a batch sampler without a batch_size attribute leaves None here.
+    batch_size: int | None  # type: ignore[assignment]
+
     def __init__(
         self,
         batch_sampler: Iterable[list[int]],

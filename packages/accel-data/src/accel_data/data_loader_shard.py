@@ -6,9 +6,10 @@ It looks one batch ahead so it can tell the step that reads the last batch that 
 
 It also knows where it stands: the epoch and how many of that epoch's batches it has yielded.
 `state_dict()` reports that position and `load_state_dict()` restores it, arming a one-shot skip
-so that the next pass continues the interrupted epoch (see `accel_data.skip` for how batches are
-skipped without loading them). The loaders that `skip_first_batches` makes from a loader share its
-position, so a checkpoint of the original sees their progress and their end of epoch.
+so that the next pass continues the interrupted epoch (see `accel_data.skip_batch_sampler` for how
+batches are skipped without loading them). The loaders that `skip_first_batches` makes from a
+loader share its position, so a checkpoint of the original sees their progress and their end of
+epoch.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from accel_data.rng_sync import synchronize_rng_states
+from accel_data.skip_batch_sampler import SkipBatchSampler
 from accel_state import GradientState, send_to_device
 
 # DataLoader arguments that a rebuild over the loader's own batch sampler must not repeat.
@@ -121,7 +123,7 @@ class DataLoaderShard(DataLoader):
 
     def _forward_epoch(self) -> None:
         for holder in (self.batch_sampler, getattr(self.batch_sampler, "batch_sampler", None)):
-            sampler = getattr(holder, "sampler", None)
+            sampler: Any = getattr(holder, "sampler", None)
             if hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(self.epoch)
         if hasattr(self.dataset, "set_epoch"):
@@ -216,15 +218,15 @@ class DataLoaderShard(DataLoader):
     def _batches(self, skip: int) -> Iterator[Any]:
         if not skip:
             return super().__iter__()
-        if isinstance(self.dataset, IterableDataset):
-            # A stream has no index to jump to: fast-forward, which loads the skipped batches.
+        batch_sampler = self.batch_sampler
+        if isinstance(self.dataset, IterableDataset) or batch_sampler is None:
+            # A stream, or a loader without batches, has no batch index to jump to: fast-forward,
+            # which loads the skipped batches.
             batches = super().__iter__()
             next(itertools.islice(batches, skip, skip), None)
             return batches
-        from accel_data.skip import SkipBatchSampler  # skip.py imports this module
-
         arguments = {**self._rebuild_arguments(), "persistent_workers": False}
-        arguments["batch_sampler"] = SkipBatchSampler(self.batch_sampler, skip)
+        arguments["batch_sampler"] = SkipBatchSampler(batch_sampler, skip)
         return iter(DataLoader(self.dataset, **arguments))
 
     def _rebuild_arguments(self) -> dict[str, Any]:
@@ -254,7 +256,8 @@ class DataLoaderShard(DataLoader):
         self._position.resume = None
         return view
 
-    def __iter__(self) -> Iterator[Any]:
+    # DataLoader.__iter__ is typed as torch's own iterator class; callers need only an iterator.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self._forward_epoch()

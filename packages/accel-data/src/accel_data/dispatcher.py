@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from accel_data.batch_rows import concat_rows, count_rows, take_rows
@@ -169,7 +168,8 @@ class DataLoaderDispatcher(DataLoader):
         whole = super().__len__()
         if self.num_processes == 1 or self.even_batches or self.drop_last or whole == 0:
             return whole
-        total = len(self.dataset) if isinstance(self.dataset, IterableDataset) else len(self.sampler)
+        source = self.dataset if isinstance(self.dataset, IterableDataset) else self.sampler
+        total = len(cast(Sized, source))  # super().__len__() has taken a length already
         last_rows = total - (whole - 1) * self.total_batch_size
         return whole - 1 + (1 if last_rows > self.process_index * self.per_process_batch_size else 0)
 
@@ -179,7 +179,7 @@ class DataLoaderDispatcher(DataLoader):
         self._forward_epoch()
 
     def _forward_epoch(self) -> None:
-        targets = [self.sampler, getattr(self.batch_sampler, "sampler", None), self.dataset]
+        targets: list[Any] = [self.sampler, getattr(self.batch_sampler, "sampler", None), self.dataset]
         for target in {id(t): t for t in targets if hasattr(t, "set_epoch")}.values():
             target.set_epoch(self.epoch)
 
@@ -188,7 +188,8 @@ class DataLoaderDispatcher(DataLoader):
             return batch
         return send_to_device(batch, self.device, non_blocking=self.non_blocking)
 
-    def __iter__(self) -> Iterator[Any]:
+    # DataLoader.__iter__ is typed as torch's own iterator class; callers need only an iterator.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self._forward_epoch()
         self.end_of_dataloader = False
         self.remainder = -1
@@ -257,6 +258,4 @@ def _on_cpu(message: Dispatch) -> Dispatch:
 @names_collective("the dispatched data loader (waiting for the main process's next batch)")
 def _scatter(payloads: list[bytes] | None) -> bytes:
     """Send rank r `payloads[r]` from the main process (which passes None elsewhere); return ours."""
-    received: list[Any] = [None]
-    dist.scatter_object_list(received, payloads, src=0)
-    return received[0]
+    return PartialState().communicator.scatter_object(payloads, 0)

@@ -10,8 +10,7 @@ from accel_data.batch_sampler_shard import BatchSamplerShard
 from accel_data.data_loader_shard import DataLoaderShard
 
 
-def _set_even_batches(loader: DataLoaderShard, even_batches: bool) -> None:
-    sampler = loader.batch_sampler
+def _set_even_batches(loader: DataLoaderShard, sampler: BatchSamplerShard, even_batches: bool) -> None:
     sampler.even_batches = even_batches
     loader.pads_last_batch = sampler.num_processes > 1 and even_batches and not sampler.drop_last
     loader.remainder = loader._compute_remainder()
@@ -27,7 +26,7 @@ def even_batches_overridden(loaders: Iterable[Any], even_batches: bool | None) -
     if even_batches is None:
         yield
         return
-    changed: list[tuple[DataLoaderShard, bool]] = []
+    changed: list[tuple[DataLoaderShard, BatchSamplerShard, bool]] = []
     for loader in loaders:
         sampler = getattr(loader, "batch_sampler", None)
         if not isinstance(loader, DataLoaderShard) or not isinstance(sampler, BatchSamplerShard):
@@ -35,11 +34,11 @@ def even_batches_overridden(loaders: Iterable[Any], even_batches: bool | None) -
                 "even_batches can only be overridden on map-style prepared loaders, "
                 f"not {type(loader).__name__}"
             )
-        changed.append((loader, sampler.even_batches))
+        changed.append((loader, sampler, sampler.even_batches))
     try:
-        for loader, _ in changed:
-            _set_even_batches(loader, even_batches)
+        for loader, sampler, _ in changed:
+            _set_even_batches(loader, sampler, even_batches)
         yield
     finally:
-        for loader, previous in changed:
-            _set_even_batches(loader, previous)
+        for loader, sampler, previous in changed:
+            _set_even_batches(loader, sampler, previous)

@@ -123,7 +123,8 @@ class IterableDatasetShard(IterableDataset):
 class IterableDataLoaderShard(DataLoaderShard):
     """A `DataLoaderShard` over an `IterableDatasetShard`; `remainder` is its last window's."""
 
-    def __iter__(self) -> Iterator[Any]:
+    # DataLoader.__iter__ is typed as torch's own iterator class; callers need only an iterator.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self.remainder = -1
         for batch in super().__iter__():
             if self.end_of_dataloader:

@@ -12,24 +12,10 @@ from accel_data.batch_sampler_shard import BatchSamplerShard, ShardingError
 from accel_data.data_loader_shard import DataLoaderShard
 from accel_data.dispatcher import DataLoaderDispatcher
 from accel_data.iterable_shard import IterableDataLoaderShard, IterableDatasetShard
+from accel_data.loader_arguments import kept_arguments
 from accel_data.rng_sync import validate_rng_types
 from accel_data.seedable_sampler import SeedableRandomSampler
 from accel_state import PartialState, broadcast_object_list
-
-# DataLoader arguments carried over unchanged to the rebuilt loader.
-_KEPT_ARGUMENTS = (
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "timeout",
-    "worker_init_fn",
-    "multiprocessing_context",
-    "generator",
-    "prefetch_factor",
-    "persistent_workers",
-    "pin_memory_device",
-    "in_order",
-)
 
 # The attribute by which a dataset says it already yields only this rank's items.
 SHARDS_ITSELF = "accel_shards_itself"
@@ -40,16 +26,6 @@ class _Sharding(NamedTuple):
     process_index: int
     split_batches: bool
     even_batches: bool
-
-
-def _kept_arguments(loader: DataLoader) -> dict[str, Any]:
-    kept = {name: getattr(loader, name) for name in _KEPT_ARGUMENTS if hasattr(loader, name)}
-    if loader.num_workers == 0:
-        # DataLoader rejects these without workers.
-        kept.pop("prefetch_factor", None)
-        kept["persistent_workers"] = False
-    kept["multiprocessing_context"] = getattr(loader, "_multiprocessing_context", None) or None
-    return kept
 
 
 def _agreed_seed(sampler: RandomSampler, data_seed: int | None, state: PartialState) -> int:
@@ -90,7 +66,7 @@ def _with_seedable_sampler(
 
 def _generator_to_synchronize(
     sampler: Any, dataloader: DataLoader, data_seed: int | None, state: PartialState
-):
+) -> torch.Generator | None:
     """Return the generator whose state must agree across ranks each epoch (None when there is none).
 
     A custom sampler that shuffles with its own generator (SubsetRandomSampler, WeightedRandomSampler)
@@ -190,7 +166,7 @@ def prepare_data_loader(
         global_batch_size=shard.global_batch_size,
         pads_last_batch=num_processes > 1 and even_batches and not shard.drop_last,
         **common,
-        **_kept_arguments(dataloader),
+        **kept_arguments(dataloader),
     )
 
 
@@ -222,7 +198,7 @@ def _dispatcher(
         device=common["device"],
         non_blocking=common["non_blocking"],
         **sampling,
-        **_kept_arguments(dataloader),
+        **kept_arguments(dataloader),
     )
 
 
@@ -236,7 +212,7 @@ def _prepare_iterable(
     """Return the loader for an IterableDataset: unsharded, dispatched, or sharded on every rank."""
     dataset = dataloader.dataset
     name = type(dataset).__name__
-    kept = _kept_arguments(dataloader)
+    kept = kept_arguments(dataloader)
     shards_itself = bool(getattr(dataset, SHARDS_ITSELF, False))
     if shards_itself and dispatch_batches:
         raise ShardingError(

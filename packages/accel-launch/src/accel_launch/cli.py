@@ -1,7 +1,8 @@
 """The `accel` command line (a click group) and the standalone `accel-launch` command.
 
-Only click and this package's light modules are imported here; torch, accel_state and yaml are
-imported inside the command bodies, so `accel --help` stays fast.
+Only click, this package's light modules and accel_state's torch-free choices are imported here;
+torch, the rest of accel_state and yaml are imported inside the command bodies, so `accel --help`
+stays fast.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from accel_launch.launch_options import (
     TEE_CHOICES,
     LaunchOptions,
     LaunchOptionsError,
+    check_log_dir,
     check_script,
     parse_env_pairs,
 )
@@ -179,6 +181,7 @@ def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flag
     options = _launch_options(ctx, flags)
     try:
         check_script(script, options.module)
+        check_log_dir(options.log_dir)
     except LaunchOptionsError as error:
         raise click.UsageError(str(error)) from None
     sys.exit(_run(options, script, script_args))
@@ -186,13 +189,17 @@ def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flag
 
 def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     """Return the LaunchOptions of a launch-like command from its flags and the effective config."""
+    import os
+
     from accel_launch.effective_config import check_launchable
+    from accel_launch.env_check import check_accel_env
+    from accel_launch.machine_limits import check_process_count
 
     config, _ = load_effective_config(flags.pop("config_file"), _given_flags(ctx, flags))
     try:
         check_launchable(config)
         distributed_type = config.given("distributed_type")
-        return LaunchOptions(
+        options = LaunchOptions(
             cpu=bool(config["use_cpu"]) or distributed_type == "MULTI_CPU",
             num_processes=config["num_processes"],
             num_machines=config["num_machines"],
@@ -215,8 +222,13 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             log_dir=flags["log_dir"],
             tee=flags["tee"],
         )
+        # What the ranks would choke on, or the machine could not start, is refused before anything starts.
+        check_accel_env(os.environ)
+        check_accel_env(options.env, where="--env")
+        check_process_count(options.num_processes)
     except (ConfigError, LaunchOptionsError) as error:
         raise _fail(error) from None
+    return options
 
 
 def _run(options: LaunchOptions, script: str, script_args: tuple[str, ...] | list[str]) -> int:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,8 @@ def read_config(location: ConfigLocation) -> dict[str, Any] | None:
     """Return the checked values of the config file, or None when a default-path file does not exist.
 
     Raises ConfigError (one line naming the file, and the key where there is one) for a missing
-    named file, unreadable or invalid YAML/JSON, an unknown key or a value of the wrong type.
+    named file, unreadable or invalid YAML/JSON, a key given twice, an unknown key or a value of
+    the wrong type.
     """
     path = location.path
     if not path.exists():
@@ -67,18 +69,69 @@ def read_config(location: ConfigLocation) -> dict[str, Any] | None:
     return check_file_values(_parse(text, path), str(path))
 
 
+class _DuplicateKey(Exception):
+    """A mapping of the file gives one key twice: `key` at `line`, first at `first_line` (1-based)."""
+
+    def __init__(self, key: Any, first_line: int, line: int) -> None:
+        super().__init__(key, first_line, line)
+        self.key, self.first_line, self.line = key, first_line, line
+
+
 def _parse(text: str, path: Path) -> Any:
+    # yaml.safe_load and json.loads keep the last of two equal keys; a config file that sets a key
+    # twice is a mistake whichever value was meant, so it is refused.
+    try:
+        return _parse_unique_keys(text, path)
+    except _DuplicateKey as duplicate:
+        lines = f" (lines {duplicate.first_line} and {duplicate.line})" if duplicate.line else ""
+        raise ConfigError(f"{path}: key '{duplicate.key}' is given twice{lines}") from None
+
+
+def _reject_duplicate_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`object_pairs_hook` for json.loads: the object, unless a key appears twice."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key, 0, 0)
+        seen[key] = value
+    return seen
+
+
+@functools.lru_cache(maxsize=1)
+def _unique_key_loader() -> type:
+    """Return a yaml SafeLoader that raises _DuplicateKey for a key given twice in one mapping."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            first_lines: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *defaults`: keys given next to a merge override it, as intended
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, Hashable):
+                    continue  # the base class reports an unhashable key
+                line = key_node.start_mark.line + 1
+                if key in first_lines:
+                    raise _DuplicateKey(key, first_lines[key], line)
+                first_lines[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def _parse_unique_keys(text: str, path: Path) -> Any:
     if path.suffix == ".json":
         import json
 
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_reject_duplicate_pairs)
         except json.JSONDecodeError as error:
             raise ConfigError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -1,7 +1,8 @@
 """The keys of a config file (Accelerate's `default_config.yaml` keys), each with its type and checks.
 
 A small table rather than a class per section: the CLI builds one flag per scalar key from it, the
-loader checks a file against it, and `accel config show` lists it. Stdlib only (no yaml, no torch).
+loader checks a file against it, and `accel config show` lists it. No yaml, no torch: the values come
+from accel_state.choices, which the launcher and the library share.
 """
 
 from __future__ import annotations
@@ -11,14 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16", "fp8")
-DISTRIBUTED_TYPES = (
-    "NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_XPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_HPU",
-    "MULTI_SDAA", "XLA", "DEEPSPEED", "FSDP", "MEGATRON_LM",
-)  # fmt: skip
-# Types `accel launch` can start today; the others are accepted in a file and refused at launch.
-LAUNCHABLE_DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")
-RUNNABLE_MIXED_PRECISION = ("no", "fp16", "bf16")  # fp8 is a valid key value accel cannot run yet
+from accel_state.choices import CONFIG_DISTRIBUTED_TYPES, CONFIG_MIXED_PRECISION_CHOICES
+
 COMPUTE_ENVIRONMENTS = ("LOCAL_MACHINE", "AMAZON_SAGEMAKER")
 RDZV_BACKENDS = ("static", "c10d")
 
@@ -51,10 +46,14 @@ _KEYS = (
         "choice",
         None,
         "Kind of distributed job (inferred when unset).",
-        DISTRIBUTED_TYPES,
+        CONFIG_DISTRIBUTED_TYPES,
     ),
     ConfigKey(
-        "mixed_precision", "choice", "no", "Mixed precision for the Accelerator.", MIXED_PRECISION_CHOICES
+        "mixed_precision",
+        "choice",
+        "no",
+        "Mixed precision for the Accelerator.",
+        CONFIG_MIXED_PRECISION_CHOICES,
     ),
     ConfigKey(
         "use_cpu", "bool", False, "Train on the CPU even where an accelerator exists.", aliases=("cpu",)

@@ -12,13 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel_launch.config_schema import (
-    KEYS,
-    LAUNCHABLE_DISTRIBUTED_TYPES,
-    RUNNABLE_MIXED_PRECISION,
-    ConfigError,
-    coerce_value,
-)
+from accel_launch.config_schema import KEYS, ConfigError, coerce_value
+from accel_state.choices import CPU_DISTRIBUTED_TYPES, LAUNCHABLE_DISTRIBUTED_TYPES, MIXED_PRECISION_CHOICES
 
 DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
 
@@ -155,7 +150,7 @@ def check_combinations(config: EffectiveConfig) -> None:
             f"{where} is NO (one process) but {config.where(culprit)} is {values[culprit]}; "
             "use MULTI_CPU or MULTI_GPU"
         )
-    if values["use_cpu"] and distributed_type not in ("NO", "MULTI_CPU"):
+    if values["use_cpu"] and distributed_type not in CPU_DISTRIBUTED_TYPES:
         raise ConfigError(
             f"{where} is {distributed_type} but {config.where('use_cpu')} is true; use MULTI_CPU on the CPU"
         )
@@ -169,10 +164,10 @@ def check_launchable(config: EffectiveConfig) -> None:
             f"{config.where('distributed_type')} is {distributed_type}, which accel launch cannot start yet "
             f"(supported: {', '.join(LAUNCHABLE_DISTRIBUTED_TYPES)})"
         )
-    if config["mixed_precision"] not in RUNNABLE_MIXED_PRECISION:
+    if config["mixed_precision"] not in MIXED_PRECISION_CHOICES:
         raise ConfigError(
             f"{config.where('mixed_precision')} is {config['mixed_precision']}, which accel cannot run yet "
-            f"(supported: {', '.join(RUNNABLE_MIXED_PRECISION)})"
+            f"(supported: {', '.join(MIXED_PRECISION_CHOICES)})"
         )
     if config["compute_environment"] != "LOCAL_MACHINE":
         raise ConfigError(

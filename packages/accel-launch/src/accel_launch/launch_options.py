@@ -1,16 +1,18 @@
 """The options of `accel launch`, checked once so the rest of the launcher can trust them.
 
-This module imports neither torch nor accel_state: the CLI builds a LaunchOptions before it
-decides to start anything, and `accel --help` must stay fast.
+This module imports no torch (of accel_state only its torch-free choices): the CLI builds a
+LaunchOptions before it decides to start anything, and `accel --help` must stay fast.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accel_launch.config_schema import MIXED_PRECISION_CHOICES, RDZV_BACKENDS
+from accel_launch.config_schema import RDZV_BACKENDS
+from accel_state.choices import CONFIG_MIXED_PRECISION_CHOICES
 
 TEE_CHOICES = ("0", "1", "2", "3")
 
@@ -73,9 +75,9 @@ class LaunchOptions:
             raise LaunchOptionsError(
                 f"--main_process_port must be in [1, 65535], got {self.main_process_port}"
             )
-        if self.mixed_precision is not None and self.mixed_precision not in MIXED_PRECISION_CHOICES:
+        if self.mixed_precision is not None and self.mixed_precision not in CONFIG_MIXED_PRECISION_CHOICES:
             raise LaunchOptionsError(
-                f"--mixed_precision must be one of {', '.join(MIXED_PRECISION_CHOICES)}, "
+                f"--mixed_precision must be one of {', '.join(CONFIG_MIXED_PRECISION_CHOICES)}, "
                 f"got {self.mixed_precision!r}"
             )
         if self.gradient_accumulation_steps is not None and self.gradient_accumulation_steps < 1:
@@ -123,6 +125,26 @@ def check_script(script: str, module: bool) -> None:
         raise LaunchOptionsError(f"script not found: {script}")
     if not path.is_file():
         raise LaunchOptionsError(f"script is not a file: {script}")
+
+
+def check_log_dir(log_dir: str | None) -> None:
+    """Raise LaunchOptionsError when the agent could not create or write per-rank logs in `log_dir`.
+
+    Checked before anything starts: the agent itself finds out only after the rendezvous.
+    """
+    if log_dir is None:
+        return
+    if not log_dir.strip():
+        raise LaunchOptionsError("--log_dir needs a folder name, got an empty string")
+    path = Path(log_dir)
+    if path.exists() and not path.is_dir():
+        raise LaunchOptionsError(f"--log_dir is not a folder: {log_dir}")
+    # The agent creates missing folders: the nearest existing one must be a folder it can write in.
+    existing = next(folder for folder in (path, *path.absolute().parents) if folder.exists())
+    if not existing.is_dir():
+        raise LaunchOptionsError(f"--log_dir cannot be created: {existing} is not a folder ({log_dir})")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise LaunchOptionsError(f"--log_dir is not writable: {existing} ({log_dir})")
 
 
 def _check_env_key(key: str) -> None:

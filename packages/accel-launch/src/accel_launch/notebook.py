@@ -1,11 +1,13 @@
 """`notebook_launcher`: run a function on N processes from a notebook or a plain Python session.
 
 The workers are forked (they see the notebook's functions without pickling them) and watched by
-torch's elastic agent, on a static rendezvous at 127.0.0.1 and a free port.
+torch's elastic agent, on a static rendezvous at 127.0.0.1 and a free port (its store listening on
+loopback only when `master_addr` is a loopback address, the default). Each worker dies with this process.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import uuid
@@ -13,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from accel_launch.ports import LOCALHOST, find_free_port
+from accel_launch.ports import LOCALHOST, LOOPBACK_RDZV_BACKEND, endpoint, find_free_port, is_loopback
 
 
 class NotebookLaunchError(RuntimeError):
@@ -54,13 +56,13 @@ def notebook_launcher(
 
 def _check_arguments(num_processes: int | None, mixed_precision: str, use_port: int | str | None) -> None:
     """Raise NotebookLaunchError naming the first bad argument, before anything starts."""
-    from accel_launch.config_schema import RUNNABLE_MIXED_PRECISION
+    from accel_state.choices import MIXED_PRECISION_CHOICES
 
     if num_processes is not None and num_processes < 1:
         raise NotebookLaunchError(f"num_processes must be at least 1, got {num_processes}")
-    if mixed_precision not in RUNNABLE_MIXED_PRECISION:
+    if mixed_precision not in MIXED_PRECISION_CHOICES:
         raise NotebookLaunchError(
-            f"mixed_precision must be one of {', '.join(RUNNABLE_MIXED_PRECISION)}, got {mixed_precision!r}"
+            f"mixed_precision must be one of {', '.join(MIXED_PRECISION_CHOICES)}, got {mixed_precision!r}"
         )
     if use_port is not None and not (str(use_port).isdigit() and 1 <= int(use_port) <= 65535):
         raise NotebookLaunchError(f"use_port must be a port number in [1, 65535], got {use_port!r}")
@@ -116,22 +118,27 @@ def _launch(
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from accel_launch import loopback_rendezvous
+
+    loopback_rendezvous.register()
     port = int(use_port) if use_port is not None else find_free_port(master_addr)
+    # torch's static rendezvous opens its store on every interface; on loopback ours listens there only.
+    local = is_loopback(master_addr)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=num_processes,
         run_id=f"accel-notebook-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="static",
-        rdzv_endpoint=f"{master_addr}:{port}",
-        rdzv_configs={"rank": 0},
+        rdzv_backend=LOOPBACK_RDZV_BACKEND if local else "static",
+        rdzv_endpoint=endpoint(master_addr, port),
+        rdzv_configs={} if local else {"rank": 0},
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
         start_method="fork",
     )
     try:
         with _environment(env):
-            results = elastic_launch(config, function)(*args)
+            results = elastic_launch(config, _tied_function(function))(*args)
     except ChildFailedError as error:
         rank, failure = min(error.failures.items())
         raise NotebookLaunchError(
@@ -139,6 +146,23 @@ def _launch(
             f"{_first_line(failure.message)}"
         ) from error
     return [results[rank] for rank in sorted(results)]
+
+
+def _tied_function(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Return `function` run through `_tied_to` this process, keeping its name (the agent reports it)."""
+    return functools.wraps(function)(functools.partial(_tied_to, os.getpid(), function))
+
+
+def _tied_to(parent_pid: int, function: Callable[..., Any], *args: Any) -> Any:
+    """Call `function(*args)` in a forked worker that the kernel kills when this process dies (Linux).
+
+    A notebook kernel that is killed (a restart) runs no handler that could stop the workers.
+    """
+    from accel_launch._worker_exec import tie_to_parent
+
+    if not tie_to_parent(parent_pid):
+        os._exit(1)  # the notebook died while this worker was starting
+    return function(*args)
 
 
 @contextmanager

@@ -1,10 +1,14 @@
-"""Free TCP ports for a single-machine rendezvous."""
+"""Addresses and free TCP ports for a single-machine rendezvous, which stays on the loopback interface."""
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
 LOCALHOST = "127.0.0.1"
+# torchrun's `--rdzv_backend` for a one-machine job: a static rendezvous whose store listens on loopback
+# only (accel_launch.loopback_rendezvous, registered by the runner).
+LOOPBACK_RDZV_BACKEND = "accel-loopback"
 
 
 def find_free_port(host: str = LOCALHOST) -> int:
@@ -12,6 +16,35 @@ def find_free_port(host: str = LOCALHOST) -> int:
 
     The kernel picks it (bind to port 0), so two jobs started at once do not both take 29500.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+    family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.bind(address)
         return int(sock.getsockname()[1])
+
+
+def is_loopback(host: str) -> bool:
+    """Return True when `host` is `localhost` or a loopback address (127.0.0.0/8, ::1)."""
+    name = host.strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def endpoint(host: str, port: int) -> str:
+    """Return `host:port`, with an IPv6 address in brackets (`[::1]:29500`)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def loopback_interface() -> str | None:
+    """Return the name of the loopback network interface (`lo` on Linux, `lo0` on macOS), if one is found."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (AttributeError, OSError):
+        return None
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return None

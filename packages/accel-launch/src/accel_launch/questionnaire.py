@@ -10,11 +10,8 @@ from typing import Any
 
 import click
 
-from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, RDZV_BACKENDS, RUNNABLE_MIXED_PRECISION
-
-# The kinds of job the questionnaire can set up today.
-QUESTION_DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")
-DEFAULT_MULTI_MACHINE_PORT = 29500
+from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, RDZV_BACKENDS
+from accel_state.choices import DEFAULT_MASTER_PORT, LAUNCHABLE_DISTRIBUTED_TYPES, MIXED_PRECISION_CHOICES
 
 
 def ask_config() -> dict[str, Any]:
@@ -28,7 +25,7 @@ def ask_config() -> dict[str, Any]:
     }
     distributed_type = click.prompt(
         "Which type of machine are you using?",
-        type=click.Choice(QUESTION_DISTRIBUTED_TYPES),
+        type=click.Choice(LAUNCHABLE_DISTRIBUTED_TYPES),
         default="NO",
     )
     config["distributed_type"] = distributed_type
@@ -56,7 +53,7 @@ def ask_config() -> dict[str, Any]:
         default=False,
     )
     config["mixed_precision"] = click.prompt(
-        "Do you wish to use mixed precision?", type=click.Choice(RUNNABLE_MIXED_PRECISION), default="no"
+        "Do you wish to use mixed precision?", type=click.Choice(MIXED_PRECISION_CHOICES), default="no"
     )
     config["gradient_accumulation_steps"] = click.prompt(
         "How many batches should gradients be accumulated over before an optimizer step?",
@@ -80,7 +77,7 @@ def _ask_machines() -> dict[str, Any]:
     answers["main_process_port"] = click.prompt(
         "What is the port of the machine with rank 0?",
         type=click.IntRange(1, 65535),
-        default=DEFAULT_MULTI_MACHINE_PORT,
+        default=DEFAULT_MASTER_PORT,
     )
     answers["rdzv_backend"] = click.prompt(
         "What rendezvous backend will you use?", type=click.Choice(RDZV_BACKENDS), default="static"

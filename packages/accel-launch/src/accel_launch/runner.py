@@ -30,6 +30,9 @@ def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = F
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    from accel_launch import loopback_rendezvous
+
+    loopback_rendezvous.register()
     args = torchrun.get_args_parser().parse_args(list(argv))
     try:
         torchrun.run(args)

@@ -7,15 +7,27 @@ the launcher would start can be checked without starting anything.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from accel_launch.launch_options import LaunchOptions
-from accel_launch.ports import LOCALHOST, find_free_port
+from accel_launch.ports import (
+    LOCALHOST,
+    LOOPBACK_RDZV_BACKEND,
+    endpoint,
+    find_free_port,
+    is_loopback,
+    loopback_interface,
+)
 from accel_state import env_vars
+from accel_state.choices import DEFAULT_MASTER_PORT
 
-# torchrun's own default when no port is given on a multi-machine job.
-DEFAULT_MULTI_MACHINE_PORT = 29500
+# The first program of every worker (see its docstring): ties the worker to the launcher.
+WORKER_EXEC = Path(__file__).with_name("_worker_exec.py")
+# Env vars that choose the interface gloo and NCCL listen on; on one machine, loopback.
+_SOCKET_INTERFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
 
 @dataclass(frozen=True)
@@ -48,46 +60,64 @@ def torchrun_argv(
     script_args: Sequence[str] = (),
     *,
     free_port: Callable[[], int] = find_free_port,
+    launcher_pid: int | None = None,
 ) -> list[str]:
-    """Return the argv for `torch.distributed.run`: a static rendezvous, then the script untouched."""
-    if options.is_multi_machine:
-        # validate() guarantees the address; every machine must agree on the port, so no guessing.
-        master_addr = str(options.main_process_ip)
-        master_port = options.main_process_port or DEFAULT_MULTI_MACHINE_PORT
-    else:
-        # One machine: stay on loopback, and take a free port so concurrent jobs do not collide.
-        master_addr = options.main_process_ip or LOCALHOST
-        master_port = options.main_process_port or free_port()
+    """Return the argv for `torch.distributed.run`: the rendezvous, then the script untouched.
+
+    One machine: the loopback rendezvous (its store listens on 127.0.0.1 only) on a free port.
+    Several: torchrun's static or c10d rendezvous at `--main_process_ip`. On Linux each worker
+    starts as `_worker_exec.py LAUNCHER_PID [-m] SCRIPT ARGS`, which ties it to `launcher_pid`
+    (default: this process, where the runner runs the agent), then becomes `python [-m] SCRIPT ARGS`.
+    """
     argv = [
         "--nnodes", str(options.num_machines),
         "--nproc_per_node", str(options.num_processes),
         "--max_restarts", str(options.max_restarts),
         "--monitor_interval", str(options.monitor_interval),
     ]  # fmt: skip
-    if options.rdzv_backend == "c10d":
-        # c10d assigns node ranks at the rendezvous; machine 0 hosts the store at the endpoint.
-        argv += ["--rdzv_backend", "c10d", "--rdzv_endpoint", f"{master_addr}:{master_port}"]
-        if options.machine_rank == 0:
-            argv += ["--rdzv_conf", "is_host=1"]
-        elif options.is_multi_machine:
-            argv += ["--rdzv_conf", "is_host=0"]
-    else:
-        argv += [
-            "--node_rank", str(options.machine_rank),
-            "--master_addr", master_addr,
-            "--master_port", str(master_port),
-            "--rdzv_backend", "static",
-        ]  # fmt: skip
+    argv += _rendezvous_argv(options, free_port)
     if options.log_dir is not None:
         argv += ["--log_dir", options.log_dir]
     if options.tee is not None:
         argv += ["--tee", options.tee]
-    if options.module:
-        argv.append("--module")
     # The script marks the end of torchrun's flags: argparse's REMAINDER keeps what follows as is.
+    if sys.platform.startswith("linux"):
+        argv += [str(WORKER_EXEC), str(os.getpid() if launcher_pid is None else launcher_pid)]
+        if options.module:
+            argv.append("-m")
+    elif options.module:
+        argv.append("--module")  # no parent-death signal to set elsewhere: torchrun starts the script
     argv.append(script)
     argv.extend(script_args)
     return argv
+
+
+def _rendezvous_argv(options: LaunchOptions, free_port: Callable[[], int]) -> list[str]:
+    if not options.is_multi_machine:
+        # One machine: static and c10d alike would open their store on every interface. Stay on
+        # loopback (a main_process_ip that is not a loopback address means nothing here), and take a
+        # free port so that concurrent jobs do not collide.
+        given = options.main_process_ip
+        host = given if given and is_loopback(given) else LOCALHOST
+        port = options.main_process_port or free_port()
+        return ["--rdzv_backend", LOOPBACK_RDZV_BACKEND, "--rdzv_endpoint", endpoint(host, port)]
+    # validate() guarantees the address; every machine must agree on the port, so no guessing.
+    master_addr = str(options.main_process_ip)
+    master_port = options.main_process_port or DEFAULT_MASTER_PORT
+    if options.rdzv_backend == "c10d":
+        # c10d assigns node ranks at the rendezvous; machine 0 hosts the store at the endpoint.
+        is_host = "1" if options.machine_rank == 0 else "0"
+        return [
+            "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", endpoint(master_addr, master_port),
+            "--rdzv_conf", f"is_host={is_host}",
+        ]  # fmt: skip
+    return [
+        "--node_rank", str(options.machine_rank),
+        "--master_addr", master_addr,
+        "--master_port", str(master_port),
+        "--rdzv_backend", "static",
+    ]  # fmt: skip
 
 
 def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, str]:
@@ -111,6 +141,12 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.DYNAMO_BACKEND] = options.dynamo_backend
     if options.gpu_ids not in (None, "all") and not options.cpu:
         env["CUDA_VISIBLE_DEVICES"] = str(options.gpu_ids)
+    if not options.is_multi_machine:
+        # Their listening sockets would otherwise take the address the host name resolves to.
+        interface = loopback_interface()
+        for name in _SOCKET_INTERFACE_VARS:
+            if interface is not None and name not in environ:
+                env[name] = interface
     if options.num_processes > 1 and "OMP_NUM_THREADS" not in environ:
         # torchrun would set the same value, but with a banner warning on every launch.
         env["OMP_NUM_THREADS"] = "1"

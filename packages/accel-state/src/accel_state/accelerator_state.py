@@ -6,9 +6,10 @@ import datetime
 from typing import Any
 
 from accel_state import env_vars
+from accel_state.choices import MIXED_PRECISION_CHOICES
+from accel_state.distributed_type import DistributedType
 from accel_state.partial_state import PartialState
-
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
+from accel_state.shared_state import SharedDict
 
 
 class MixedPrecisionError(ValueError):
@@ -32,13 +33,16 @@ def resolve_mixed_precision(requested: str | None) -> str:
 class AcceleratorState:
     """Shared singleton of the whole run: `PartialState`'s facts plus mixed precision."""
 
-    _shared_state: dict[str, Any] = {}
+    _shared_state = SharedDict()
+    mixed_precision: str
+    _partial: PartialState
 
     def __init__(
         self,
         mixed_precision: str | None = None,
         cpu: bool = False,
         timeout: datetime.timedelta | float | None = None,
+        distributed_type: DistributedType | str | None = None,
     ) -> None:
         self.__dict__ = self._shared_state
         if self.initialized:
@@ -53,7 +57,7 @@ class AcceleratorState:
             return
         # Validate before touching the shared dict, so a failed construction leaves nothing half-built.
         mode = resolve_mixed_precision(mixed_precision)
-        partial = PartialState(cpu=cpu, timeout=timeout)
+        partial = PartialState(cpu=cpu, timeout=timeout, distributed_type=distributed_type)
         self.mixed_precision = mode
         self._partial = partial
 

@@ -1,57 +1,130 @@
 """The Backend seam: one small protocol behind which every way of running (native torch,
-DeepSpeed, XLA) plugs in, chosen once when the Accelerator is built.
+DeepSpeed, XLA, FSDP) plugs in, chosen once per process.
 
-Adapters register a factory for their `DistributedType`, either by calling `register_backend`
-or through the `accel.backends` entry-point group (name: the DistributedType value, object: the
-factory), which is read only when a type nobody registered is asked for.
+A backend is registered as a factory (usually its class) for a `DistributedType`. The factory
+sets the process up (joins the process group, picks the device: `PartialState` calls it once),
+then builds the backend object for an `Accelerator`, which delegates every decision an engine may
+take over: wrapping in `prepare`, backward (loss division and scaling), the optimizer step,
+clipping, unwrapping, state dicts and checkpoint files.
+
+Adapters register with `register_backend` or through the `accel.backends` entry-point group
+(name: the DistributedType value, object: the factory), read only when a type nobody registered
+is asked for. The built-in native backend is named below as a string, so this module imports
+none of its implementations.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from accel_state.communication import Communicator
 from accel_state.distributed_type import DistributedType
-from accel_state.partial_state import PartialState
+from accel_state.launch_env import LaunchEnvironment
+from accel_state.precision_protocol import FullPrecision, Precision
+from accel_state.prepared_objects import PreparedObjects
 
 ENTRY_POINT_GROUP = "accel.backends"
+_NATIVE = "accel_state.native_backend:NativeBackend"
+_BUILT_IN: dict[DistributedType, str] = {
+    DistributedType.NO: _NATIVE,
+    DistributedType.MULTI_CPU: _NATIVE,
+    DistributedType.MULTI_GPU: _NATIVE,
+}
+
+
+@dataclass(frozen=True)
+class ProcessSetup:
+    """What setting a process up decided: its distributed type, device and how ranks talk."""
+
+    distributed_type: DistributedType
+    device: torch.device
+    process_group_backend: str | None
+    communicator: Communicator
 
 
 @dataclass
-class Preparation:
-    """The objects handed to `prepare`, sorted by kind; a backend returns them wrapped."""
+class BackendOptions:
+    """Everything a backend is built with besides the process facts.
 
-    models: list[torch.nn.Module] = field(default_factory=list)
-    optimizers: list[Any] = field(default_factory=list)
-    schedulers: list[Any] = field(default_factory=list)
-    data_loaders: list[Any] = field(default_factory=list)
+    `ddp_kwargs` go to DistributedDataParallel; `plugin` carries an adapter's own configuration
+    (a DeepSpeed config, an FSDP plugin) untouched by the facade.
+    """
+
+    precision: Precision = field(default_factory=FullPrecision)
+    ddp_kwargs: dict[str, Any] = field(default_factory=dict)
+    plugin: Any = None
+
+
+class ProcessFacts(Protocol):
+    """The process facts a backend reads (`PartialState` provides them)."""
+
+    device: torch.device
+    num_processes: int
+    process_index: int
+    distributed_type: DistributedType
+
+    @property
+    def use_distributed(self) -> bool: ...
 
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a way of running must provide; the facade calls nothing else."""
+    """What a way of running provides; the facade calls nothing else."""
 
-    def prepare(self, objects: Preparation, *, device_placement: bool) -> Preparation:
-        """Return the objects wrapped for this backend (DDP, engines, device loaders)."""
+    precision: Precision
+
+    def prepare(self, objects: PreparedObjects) -> PreparedObjects:
+        """Return the objects wrapped for this backend (DDP, engines, device loaders), same order.
+
+        Optimizers and schedulers come raw; the facade wraps what is returned in its own
+        AcceleratedOptimizer/AcceleratedScheduler, whose steps come back through this backend.
+        """
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Run the backward pass of an already scaled loss."""
+        """Backpropagate `loss`: divide it by the accumulation steps and scale it as this backend does."""
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]:
+        """Apply a step of `optimizer` (a sync step); return its result and whether it was skipped."""
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make `optimizer`'s gradients true gradients (undo loss scaling) before they are read."""
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         """Return a context in which gradients accumulate locally without being all-reduced."""
 
-    def clip_grad_norm_(
-        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
-    ) -> torch.Tensor:
-        """Clip gradients to a total norm and return the norm before clipping."""
+    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
+        """Return a context in which ranks may run different numbers of steps."""
 
-    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
-        """Clamp every gradient element to [-clip_value, clip_value]."""
+    def clip_grad_norm_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        max_norm: float,
+        norm_type: float = 2.0,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> torch.Tensor:
+        """Clip gradients to a total norm (unscaling `optimizers` first); return the norm before."""
+
+    def clip_grad_value_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        clip_value: float,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> None:
+        """Clamp every gradient element to [-clip_value, clip_value] (unscaling `optimizers` first)."""
+
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        """Return the context that runs code outside the model in the run's precision."""
 
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Return the user's module from inside whatever `prepare` wrapped it in."""
@@ -62,8 +135,31 @@ class Backend(Protocol):
     def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
         """Load a full state dict, as `get_state_dict` returns it, into a prepared model."""
 
+    def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        """Write the objects this backend saves in its own format into `folder` (every rank calls it);
+        return the objects left to the generic checkpoint code."""
 
-BackendFactory = Callable[[PartialState], Backend]
+    def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        """Load what `save_checkpoint` wrote; return the objects left to the generic code."""
+
+
+class BackendFactory(Protocol):
+    """What is registered for a distributed type: it sets processes up and builds backends."""
+
+    per_thread_state: bool  # replicas are threads of one process: shared state per thread
+
+    def is_available(self) -> bool:
+        """Return True when the backend's libraries can be imported (imports lazily)."""
+
+    def setup_process(
+        self, launch: LaunchEnvironment, *, cpu: bool, timeout: datetime.timedelta
+    ) -> ProcessSetup:
+        """Join the job's process group (once) and choose this process's device."""
+
+    def __call__(self, state: Any, options: BackendOptions) -> Backend:
+        """Build the backend object of one Accelerator."""
+
+
 _registry: dict[DistributedType, BackendFactory] = {}
 
 
@@ -71,8 +167,8 @@ class BackendNotAvailableError(RuntimeError):
     """No backend is registered or installed for the requested distributed type."""
 
 
-def register_backend(distributed_type: DistributedType, factory: BackendFactory) -> None:
-    """Make `factory(state)` the way to build the backend for `distributed_type`."""
+def register_backend(distributed_type: DistributedType | str, factory: BackendFactory) -> None:
+    """Make `factory` the way to set up and build the backend for `distributed_type`."""
     _registry[DistributedType(distributed_type)] = factory
 
 
@@ -83,16 +179,33 @@ def _load_entry_point(distributed_type: DistributedType) -> BackendFactory | Non
     return None
 
 
-def create_backend(distributed_type: DistributedType, state: PartialState) -> Backend:
-    """Return the backend object for `distributed_type`, loading its adapter if needed."""
-    import accel_state.native_backend  # noqa: F401 - registers the built-in backends on import
+def _load_built_in(distributed_type: DistributedType) -> BackendFactory | None:
+    target = _BUILT_IN.get(distributed_type)
+    if target is None:
+        return None
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
+
+def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
+    """Return the factory registered for `distributed_type`, loading its adapter if needed."""
     distributed_type = DistributedType(distributed_type)
-    factory = _registry.get(distributed_type) or _load_entry_point(distributed_type)
-    if factory is None:
+    factory = (
+        _registry.get(distributed_type)
+        or _load_built_in(distributed_type)
+        or _load_entry_point(distributed_type)
+    )
+    if factory is None or not factory.is_available():
         raise BackendNotAvailableError(
             f"no backend is installed for distributed type {distributed_type.value}; "
             f"install its adapter package (e.g. accel[{distributed_type.value.lower()}])"
         )
     _registry[distributed_type] = factory
-    return factory(state)
+    return factory
+
+
+def create_backend(
+    distributed_type: DistributedType | str, state: Any, options: BackendOptions | None = None
+) -> Backend:
+    """Return the backend object for `distributed_type` on the process described by `state`."""
+    return backend_factory(distributed_type)(state, options or BackendOptions())

@@ -1,40 +1,78 @@
 """Collectives over nested structures of tensors: gather, broadcast, reduce, pad.
 
 On one process each is the identity (or its trivial result), so single-process code pays nothing.
-In debug mode (`ACCEL_DEBUG_MODE=1`) shape-sensitive collectives first compare shapes across
-ranks and raise an error naming each rank's shape instead of hanging.
+Across processes the ranks first agree on what they bring (`shape_check`: one small header
+exchange), so mismatched inputs raise CollectiveShapeError on every rank, naming each rank's
+shape, dtype or structure, instead of returning garbage or aborting a rank. Padding and uneven
+gathers read the sizes they need from that same exchange, and inputs of at most 1 KB per rank
+(gather, broadcast, the pickled objects) travel in it: for them the check is the collective.
+`ACCEL_CHECK_COLLECTIVES=0` skips the check for gather, broadcast and reduce; debug mode
+(`ACCEL_DEBUG_MODE=1`) compares full descriptions every time.
 """
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from accel_state.nested import recursively_apply
+from accel_state.collective_header import (
+    INLINE_BYTES,
+    OUT_OF_RANGE,
+    Description,
+    describe,
+    describe_object,
+    tensor_bytes,
+    unpack_gathered,
+    unpack_one,
+)
+from accel_state.nested import recursively_apply, tensor_leaves
 from accel_state.partial_state import PartialState
-from accel_state.shape_check import verify_shapes_match
+from accel_state.shape_check import Agreement, agree_across_ranks
 from accel_state.timeouts import names_collective
-
-# torch 2.13 renamed all_gather_into_tensor (now deprecated); older releases only have the old name.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def _state() -> PartialState:
     return PartialState()
 
 
-def _check_shapes(operation: str, data: Any, ignore_dim: int | None = None) -> None:
-    if _state().debug:
-        verify_shapes_match(operation, data, ignore_dim=ignore_dim)
+def _agree(
+    state: PartialState, description: Description, pieces: list[torch.Tensor] | None = None
+) -> Agreement:
+    return agree_across_ranks(state, description, full=state.debug, pieces=pieces)
+
+
+def _agree_inline(
+    state: PartialState, operation: str, data: Any, arguments: str = ""
+) -> tuple[Agreement, list[torch.Tensor]] | None:
+    """Agree on `data`, sending its tensors along when they fit; None when checks are off.
+
+    Whether they travelled (`Agreement.all_inline`) is the same on every rank: it depends only on
+    what the ranks agreed on.
+    """
+    if not state.check_collectives:
+        return None
+    tensors = tensor_leaves(data)
+    description = describe(operation, data, arguments=arguments)
+    return _agree(state, description, tensor_bytes(tensors, state.device)), tensors
+
+
+def _check_source(state: PartialState, operation: str, from_process: int) -> None:
+    # After the ranks agreed on it, so that a bad value is refused by all of them.
+    if not 0 <= from_process < state.num_processes:
+        raise ValueError(
+            f"{operation}: from_process must be a rank of this job (0 to {state.num_processes - 1}), "
+            f"got {from_process}"
+        )
 
 
 @names_collective("barrier")
 def barrier() -> None:
     """Wait for every process; a no-op when not distributed."""
-    if _state().use_distributed:
-        dist.barrier()
+    state = _state()
+    if state.use_distributed:
+        state.communicator.barrier()
 
 
 def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
@@ -42,12 +80,13 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.unsqueeze(0)
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
+    state = _state()
     out = torch.empty(
-        (tensor.shape[0] * dist.get_world_size(),) + tuple(tensor.shape[1:]),
+        (tensor.shape[0] * state.num_processes,) + tuple(tensor.shape[1:]),
         dtype=tensor.dtype,
         device=tensor.device,
     )
-    _all_gather_single(out, tensor)
+    state.communicator.all_gather_into(out, tensor)
     return out
 
 
@@ -57,8 +96,30 @@ def gather(data: Any) -> Any:
     state = _state()
     if not state.use_distributed:
         return data
-    _check_shapes("gather", data)
-    return recursively_apply(_gather_one, data, error_on_other_type=True, name="gather")
+    agreed = _agree_inline(state, "gather", data)
+    if agreed is None or not agreed[0].all_inline():
+        return recursively_apply(_gather_one, data, error_on_other_type=True, name="gather")
+    agreement, tensors = agreed
+    payloads = agreement.payloads
+    assert payloads is not None  # all_inline
+    offsets = agreement.offsets
+    gathered = iter([unpack_gathered(payloads, o, t) for t, o in zip(tensors, offsets, strict=True)])
+    return recursively_apply(lambda _: next(gathered), data, error_on_other_type=True, name="gather")
+
+
+def _pickled(obj: Any) -> tuple[bytes, str]:
+    """Return `obj` pickled, or nothing and why it cannot be (before any rank starts sending)."""
+    try:
+        return pickle.dumps(obj), ""
+    except Exception as error:  # noqa: BLE001 - whatever pickling raised, every rank must hear of it
+        return b"", f"cannot send its object: it does not pickle ({type(error).__name__}: {error})"
+
+
+def _inline_bytes(state: PartialState, pickled: bytes) -> list[torch.Tensor] | None:
+    """Return `pickled` as the payload's one piece, or None when it is too long to travel inline."""
+    if not pickled or len(pickled) > INLINE_BYTES:
+        return None
+    return [torch.frombuffer(bytearray(pickled), dtype=torch.uint8).to(state.device)]
 
 
 @names_collective("gather_object")
@@ -67,8 +128,17 @@ def gather_object(obj: Any) -> list[Any]:
     state = _state()
     if not state.use_distributed:
         return list(obj) if isinstance(obj, (list, tuple)) else [obj]
-    per_rank: list[Any] = [None] * state.num_processes
-    dist.all_gather_object(per_rank, obj)
+    pickled, problem = _pickled(obj)
+    agreement = _agree(
+        state, describe_object("gather_object", problem=problem), _inline_bytes(state, pickled)
+    )
+    if agreement.all_inline():
+        assert agreement.payloads is not None
+        rows = agreement.payloads.cpu().numpy()
+        payloads = [rows[rank, :length].tobytes() for rank, length in enumerate(agreement.payload_lengths)]
+    else:
+        payloads = state.communicator.all_gather_object(pickled, state.num_processes)
+    per_rank = [pickle.loads(p) for p in payloads]
     if all(isinstance(o, (list, tuple)) for o in per_rank):
         return [item for o in per_rank for item in o]
     return per_rank
@@ -80,20 +150,46 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     state = _state()
     if not state.use_distributed:
         return data
-    _check_shapes("broadcast", data)
+    agreed = _agree_inline(state, "broadcast", data, f"from_process={from_process}")
+    _check_source(state, "broadcast", from_process)
+    if agreed is None or not agreed[0].all_inline():
 
-    def send(tensor: torch.Tensor) -> torch.Tensor:
-        dist.broadcast(tensor, src=from_process)
-        return tensor
+        def send(tensor: torch.Tensor) -> torch.Tensor:
+            state.communicator.broadcast(tensor, from_process)
+            return tensor
 
-    return recursively_apply(send, data, error_on_other_type=True, name="broadcast")
+        return recursively_apply(send, data, error_on_other_type=True, name="broadcast")
+    agreement, tensors = agreed
+    payloads = agreement.payloads
+    assert payloads is not None  # all_inline
+    if state.process_index != from_process:
+        with torch.no_grad():  # in place, as torch.distributed.broadcast writes them
+            for tensor, offset in zip(tensors, agreement.offsets, strict=True):
+                tensor.copy_(unpack_one(payloads, from_process, offset, tensor))
+    return recursively_apply(lambda t: t, data, error_on_other_type=True, name="broadcast")
 
 
 @names_collective("broadcast_object_list")
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
     """Fill the list `objects` in place with rank `from_process`'s picklable items and return it."""
-    if _state().use_distributed:
-        dist.broadcast_object_list(objects, src=from_process)
+    state = _state()
+    if not state.use_distributed:
+        return objects
+    is_source = state.process_index == from_process
+    pickled, problem = _pickled(list(objects)) if is_source else (b"", "")
+    arguments = f"from_process={from_process}, items={len(objects)}"
+    payload = _inline_bytes(state, pickled) if is_source else None
+    agreement = _agree(state, describe_object("broadcast_object_list", arguments, problem), payload)
+    _check_source(state, "broadcast_object_list", from_process)
+    if agreement.payloads is not None and agreement.payload_lengths[from_process] >= 0:
+        length = agreement.payload_lengths[from_process]
+        pickled = agreement.payloads[from_process, :length].cpu().numpy().tobytes()
+    else:
+        holder = [pickled]
+        state.communicator.broadcast_object_list(holder, from_process)
+        pickled = holder[0]
+    if not is_source:  # the source keeps its own objects, as with torch.distributed
+        objects[:] = pickle.loads(pickled)
     return objects
 
 
@@ -103,16 +199,16 @@ _REDUCTIONS = ("sum", "mean", "none")
 @names_collective("reduce")
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """Return the element-wise sum (or mean) over ranks of every tensor, times `scale`."""
+    state = _state()
+    if state.use_distributed and state.check_collectives:
+        _agree(state, describe("reduce", data, arguments=f"reduction={reduction!r}"))
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduce: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
-    state = _state()
-    if state.use_distributed:
-        _check_shapes("reduce", data)
 
     def combine(tensor: torch.Tensor) -> torch.Tensor:
         out = tensor.clone()
         if state.use_distributed and reduction != "none":
-            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+            state.communicator.all_reduce_sum(out)
             if reduction == "mean":
                 out = out / state.num_processes
         return out * scale if scale != 1.0 else out
@@ -122,27 +218,30 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
 
 @names_collective("pad_across_processes")
 def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
-    """Return tensors padded with `pad_index` along `dim` to the largest size any rank holds."""
+    """Return tensors padded with `pad_index` along `dim` to the largest size any rank holds.
+
+    A tensor without a dim `dim` is returned as it is (on every rank: the ranks agree on shapes first).
+    """
     state = _state()
     if not state.use_distributed:
         return data
-    _check_shapes("pad_across_processes", data, ignore_dim=dim)
+    # Always agreed, ACCEL_CHECK_COLLECTIVES or not: the sizes to pad to travel in the same header.
+    agreement = _agree(state, describe("pad_across_processes", data, arguments=f"dim={dim}", size_dim=dim))
+    longest = iter([max(per_rank) for per_rank in agreement.sizes or []])
 
     def pad(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.ndim == 0 or dim >= tensor.ndim or dim < -tensor.ndim:
+        target = next(longest)
+        if target == OUT_OF_RANGE:
             return tensor
         axis = dim % tensor.ndim
-        size = torch.tensor([tensor.shape[axis]], device=tensor.device)
-        sizes = _gather_one(size)
-        longest = int(sizes.max())
-        if longest == tensor.shape[axis]:
+        if target == tensor.shape[axis]:
             return tensor
         new_shape = list(tensor.shape)
-        new_shape[axis] = longest
+        new_shape[axis] = target
         out = tensor.new_full(new_shape, pad_index)
         index = [slice(None)] * tensor.ndim
         index[axis] = (
-            slice(longest - tensor.shape[axis], longest) if pad_first else slice(0, tensor.shape[axis])
+            slice(target - tensor.shape[axis], target) if pad_first else slice(0, tensor.shape[axis])
         )
         out[tuple(index)] = tensor
         return out
@@ -156,12 +255,14 @@ def gather_uneven(data: Any) -> Any:
     state = _state()
     if not state.use_distributed:
         return data
-    _check_shapes("gather_uneven", data, ignore_dim=0)
+    # Always agreed: the dim-0 sizes travel in the same header.
+    per_tensor = iter(_agree(state, describe("gather_uneven", data, size_dim=0)).sizes or [])
 
     def gather_one(tensor: torch.Tensor) -> torch.Tensor:
+        # A 0-d tensor (no dim 0, OUT_OF_RANGE) is gathered as one row.
+        sizes = [1 if size == OUT_OF_RANGE else size for size in next(per_tensor)]
         if tensor.ndim == 0:
             tensor = tensor.unsqueeze(0)
-        sizes = _gather_one(torch.tensor([tensor.shape[0]], device=tensor.device)).tolist()
         longest = max(sizes)
         padded = tensor
         if tensor.shape[0] < longest:

@@ -1,8 +1,10 @@
-"""The kinds of distributed set-up a script can run under."""
+"""The kinds of distributed set-up a script can run under, and which one this process uses."""
 
 from __future__ import annotations
 
 import enum
+
+from accel_state import env_vars
 
 
 class DistributedType(str, enum.Enum):
@@ -13,6 +15,30 @@ class DistributedType(str, enum.Enum):
     MULTI_GPU = "MULTI_GPU"
     DEEPSPEED = "DEEPSPEED"
     XLA = "XLA"
+    FSDP = "FSDP"
 
     def __str__(self) -> str:
         return self.value
+
+
+def _parse(value: DistributedType | str, source: str) -> DistributedType:
+    try:
+        return DistributedType(str(value).strip().upper())
+    except ValueError:
+        choices = ", ".join(t.value for t in DistributedType)
+        raise ValueError(f"{source}: {value!r} is not a distributed type; choose one of {choices}") from None
+
+
+def resolve_distributed_type(requested: DistributedType | str | None = None) -> DistributedType:
+    """Return the type whose backend sets this process up: the argument, else ACCEL_DISTRIBUTED_TYPE
+    (written by the launcher), else NO, which the native backend refines from the environment
+    (MULTI_CPU or MULTI_GPU when several processes were launched)."""
+    if requested is not None:
+        return _parse(requested, "distributed_type argument")
+    from_env = env_vars.read_str(env_vars.DISTRIBUTED_TYPE)
+    if from_env is not None:
+        try:
+            return _parse(from_env, f"environment variable {env_vars.DISTRIBUTED_TYPE}")
+        except ValueError as error:
+            raise env_vars.EnvVarError(str(error)) from None
+    return DistributedType.NO

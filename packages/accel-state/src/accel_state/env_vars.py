@@ -14,11 +14,14 @@ MIXED_PRECISION = "ACCEL_MIXED_PRECISION"
 GRADIENT_ACCUMULATION_STEPS = "ACCEL_GRADIENT_ACCUMULATION_STEPS"
 DEBUG_MODE = "ACCEL_DEBUG_MODE"
 TIMEOUT = "ACCEL_TIMEOUT"
+DISTRIBUTED_TYPE = "ACCEL_DISTRIBUTED_TYPE"  # which backend sets the process up
 # Passed on from the config for the library and later backends (read by none of today's packages).
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
 ENABLE_CPU_AFFINITY = "ACCEL_ENABLE_CPU_AFFINITY"
 DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
-DISTRIBUTED_TYPE = "ACCEL_DISTRIBUTED_TYPE"
+# Set by the user, read by the library alone: "0" skips the cross-rank check of inputs before
+# gather/broadcast/reduce (on by default; debug mode checks anyway).
+CHECK_COLLECTIVES = "ACCEL_CHECK_COLLECTIVES"
 # Set by `accel launch` so that a script can tell it was started by us.
 LAUNCHED = "ACCEL_LAUNCHED"
 

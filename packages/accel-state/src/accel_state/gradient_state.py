@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from accel_state.shared_state import SharedDict
+
 
 class GradientState:
     """Shared flags of the current step: sync or accumulate, end of data, last-batch remainder."""
 
-    _shared_state: dict[str, Any] = {}
+    _shared_state = SharedDict()
 
     def __init__(self, gradient_accumulation_steps: int | None = None) -> None:
         self.__dict__ = self._shared_state
         if not self._shared_state:
             self.sync_gradients = True
             self.num_steps = 1
+            self.backward_calls = 0  # lets an optimizer tell whether gradients are pending
             self.active_dataloaders: list[Any] = []
         if gradient_accumulation_steps is not None:
             self.num_steps = gradient_accumulation_steps
@@ -59,3 +62,6 @@ class GradientState:
 
     def _set_sync_gradients(self, sync: bool) -> None:
         self.sync_gradients = sync
+
+    def _note_backward(self) -> None:
+        self.backward_calls += 1

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from accel_state import env_vars
+from accel_state.choices import DEFAULT_MASTER_PORT
 
 
 class LaunchEnvironmentError(RuntimeError):
@@ -104,7 +105,6 @@ def _from_mpich() -> LaunchEnvironment | None:
 
 
 _DETECTORS = (_from_torchrun, _from_slurm, _from_openmpi, _from_mpich)
-DEFAULT_MASTER_PORT = 29500
 
 
 def detect_launch_environment() -> LaunchEnvironment:

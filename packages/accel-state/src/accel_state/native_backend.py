@@ -3,30 +3,64 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import datetime
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accel_state.backend import Preparation, register_backend
+from accel_state.backend import BackendOptions, ProcessFacts, ProcessSetup
+from accel_state.communication import TorchCommunicator
+from accel_state.device import choose_device, choose_process_group_backend
 from accel_state.distributed_type import DistributedType
-from accel_state.partial_state import PartialState
+from accel_state.gradient_state import GradientState
+from accel_state.launch_env import LaunchEnvironment
+from accel_state.prepared_objects import PreparedObjects
+from accel_state.process_group import init_process_group
 
 
 class NativeBackend:
     """CPU, one GPU, or DDP over gloo/nccl across processes and machines."""
 
-    def __init__(self, state: PartialState, ddp_kwargs: dict[str, Any] | None = None) -> None:
-        self.state = state
-        self.ddp_kwargs = dict(ddp_kwargs or {})
+    per_thread_state = False
 
-    def prepare(self, objects: Preparation, *, device_placement: bool) -> Preparation:
-        """Move models to the device and wrap them in DDP when there are several processes."""
-        objects.models = [self._prepare_model(m, device_placement) for m in objects.models]
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def setup_process(
+        cls, launch: LaunchEnvironment, *, cpu: bool, timeout: datetime.timedelta
+    ) -> ProcessSetup:
+        """Pick this rank's GPU (or the CPU) and join the job's gloo/nccl process group."""
+        device = choose_device(cpu, launch.local_rank)
+        if not launch.is_distributed:
+            return ProcessSetup(DistributedType.NO, device, None, TorchCommunicator())
+        group_backend = choose_process_group_backend(device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        init_process_group(launch, group_backend, timeout)
+        kind = DistributedType.MULTI_GPU if device.type == "cuda" else DistributedType.MULTI_CPU
+        return ProcessSetup(kind, device, group_backend, TorchCommunicator())
+
+    def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
+        options = options or BackendOptions()
+        self.state = state
+        self.precision = options.precision
+        self.ddp_kwargs = dict(options.ddp_kwargs)
+        self.gradient_state = GradientState()
+
+    # Preparing ---------------------------------------------------------------------------------
+    def prepare(self, objects: PreparedObjects) -> PreparedObjects:
+        """Run models in the policy's precision, move them to the device, wrap them in DDP when
+        there are several processes; everything else is ready as it is."""
+        objects.models = [self._prepare_model(m, objects.places(m)) for m in objects.models]
         return objects
 
     def _prepare_model(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:
+        self.precision.wrap_forward(model)
         if device_placement:
             model = model.to(self.state.device)
         if not self.state.use_distributed or isinstance(model, DistributedDataParallel):
@@ -36,28 +70,66 @@ class NativeBackend:
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
 
+    # The step ----------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        loss.backward(**kwargs)
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
+        self.precision.scale_loss(loss).backward(**kwargs)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]:
+        return self.precision.optimizer_step(optimizer, closure)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        # Accumulating gradients are still to be added to: unscaling them now would mix scales.
+        if self.gradient_state.sync_gradients:
+            self.precision.unscale_gradients(optimizer)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         if isinstance(model, DistributedDataParallel):
             return model.no_sync()
         return contextlib.nullcontext()
 
+    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
+        if not self.state.use_distributed:
+            return contextlib.nullcontext()
+        from torch.distributed.algorithms.join import Join
+
+        return Join(joinables)
+
     def clip_grad_norm_(
-        self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
+        self,
+        parameters: Iterable[torch.Tensor],
+        max_norm: float,
+        norm_type: float = 2.0,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> torch.Tensor:
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
-    def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
+    def clip_grad_value_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        clip_value: float,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> None:
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        return self.precision.autocast(enabled, **autocast_kwargs)
+
+    # Models and checkpoints --------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         while True:
             if isinstance(model, DistributedDataParallel):
                 model = model.module
-            elif hasattr(model, "_orig_mod"):  # torch.compile's wrapper
-                model = model._orig_mod
+            elif isinstance(inner := getattr(model, "_orig_mod", None), torch.nn.Module):  # torch.compile's
+                model = inner
             else:
                 return model
 
@@ -67,6 +139,8 @@ class NativeBackend:
     def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
         self.unwrap_model(model).load_state_dict(state_dict)
 
+    def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        return prepared  # every object is plain torch: the generic files hold it all
 
-for _type in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
-    register_backend(_type, NativeBackend)
+    def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        return prepared

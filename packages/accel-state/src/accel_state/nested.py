@@ -38,7 +38,7 @@ def recursively_apply(
         ]
         return rebuild_like(data, items)
     if isinstance(data, Mapping):
-        return type(data)(
+        return type(data)(  # type: ignore[call-arg]  # a concrete mapping type, built from a dict
             {
                 k: recursively_apply(function, v, error_on_other_type=error_on_other_type, name=name)
                 for k, v in data.items()

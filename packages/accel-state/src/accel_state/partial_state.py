@@ -13,59 +13,94 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import torch
-
-from accel_state import env_vars
-from accel_state.device import choose_device, choose_process_group_backend
-from accel_state.distributed_type import DistributedType
+from accel_state import env_vars, timeouts
+from accel_state.backend import backend_factory
+from accel_state.distributed_type import DistributedType, resolve_distributed_type
 from accel_state.launch_env import detect_launch_environment
-from accel_state.process_group import init_process_group
+from accel_state.shared_state import SharedDict, per_thread_state, use_per_thread_state
+from accel_state.splitting import split_for_process
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def resolve_timeout(timeout: datetime.timedelta | float | None) -> datetime.timedelta:
-    """Return the collective timeout: the argument, else ACCEL_TIMEOUT (seconds), else 30 minutes."""
+    """Return the collective timeout: the argument, else ACCEL_TIMEOUT (seconds), else 30 minutes.
+
+    Raises ValueError naming the `timeout` argument, or env_vars.EnvVarError naming ACCEL_TIMEOUT,
+    for anything but a finite number of seconds above 0 (a timedelta above 0 for the argument).
+    """
+    import math
+    import numbers
+    import os
+
     if timeout is None:
         seconds = env_vars.read_float(env_vars.TIMEOUT)
-        return DEFAULT_TIMEOUT if seconds is None else datetime.timedelta(seconds=seconds)
+        if seconds is None:
+            return DEFAULT_TIMEOUT
+        if not (math.isfinite(seconds) and seconds > 0):
+            raw = os.environ.get(env_vars.TIMEOUT)
+            raise env_vars.EnvVarError(
+                f"environment variable {env_vars.TIMEOUT}={raw!r} must be a finite number of seconds above 0"
+            )
+        return datetime.timedelta(seconds=seconds)
     if isinstance(timeout, datetime.timedelta):
+        if timeout <= datetime.timedelta(0):
+            raise ValueError(f"timeout must be above 0, got {timeout!r}")
         return timeout
-    return datetime.timedelta(seconds=float(timeout))
+    value: object = timeout  # whatever the caller passed, not what the annotation promises
+    # bool is a number to Python, but `timeout=True` is a mistake, not one second.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"timeout must be a number of seconds or a datetime.timedelta, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"timeout must be a finite number of seconds above 0, got {timeout!r}")
+    return datetime.timedelta(seconds=seconds)
 
 
 class PartialState:
     """Rank, world size, device and process group of this process, initialised once."""
 
-    _shared_state: dict[str, Any] = {}
+    _shared_state = SharedDict()
 
-    def __init__(self, cpu: bool = False, timeout: datetime.timedelta | float | None = None) -> None:
+    def __init__(
+        self,
+        cpu: bool = False,
+        timeout: datetime.timedelta | float | None = None,
+        distributed_type: DistributedType | str | None = None,
+    ) -> None:
         self.__dict__ = self._shared_state
         if self.initialized:
             return
+        requested = resolve_distributed_type(distributed_type)
+        factory = backend_factory(requested)
+        if factory.per_thread_state and not per_thread_state():
+            use_per_thread_state()
+            self.__dict__ = self._shared_state
         found = detect_launch_environment()
         cpu = cpu or bool(env_vars.read_flag(env_vars.USE_CPU))
+        debug = bool(env_vars.read_flag(env_vars.DEBUG_MODE))
+        # On unless set to a false word; empty means unset, as the launcher's check reads it.
+        unset = env_vars.read_str(env_vars.CHECK_COLLECTIVES) is None
+        check_collectives = debug or unset or env_vars.read_flag(env_vars.CHECK_COLLECTIVES)
+        resolved_timeout = resolve_timeout(timeout)
+        setup = factory.setup_process(found, cpu=cpu, timeout=resolved_timeout)
         self.launch_environment = found
         self.num_processes = found.world_size
         self.process_index = found.rank
         self.local_process_index = found.local_rank
         self.num_local_processes = found.local_world_size
-        self.device = choose_device(cpu, found.local_rank)
-        self.backend: str | None = None
-        self.debug = bool(env_vars.read_flag(env_vars.DEBUG_MODE))
-        self.timeout = resolve_timeout(timeout)
-        if found.is_distributed:
-            self.backend = choose_process_group_backend(self.device)
-            if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
-            init_process_group(found, self.backend, self.timeout)
-            self.distributed_type = (
-                DistributedType.MULTI_GPU if self.device.type == "cuda" else DistributedType.MULTI_CPU
-            )
-        else:
-            self.distributed_type = DistributedType.NO
+        self.device = setup.device
+        self.backend = setup.process_group_backend
+        self.communicator = setup.communicator
+        self.debug = debug
+        self.check_collectives = check_collectives  # ranks agree on inputs before gather/broadcast/reduce
+        self.timeout = resolved_timeout
         self.fork_launched = False
+        self.distributed_type = setup.distributed_type  # set last: it marks the state initialised
 
     @property
     def initialized(self) -> bool:
@@ -106,11 +141,8 @@ class PartialState:
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this point (a no-op on one process)."""
         if self.use_distributed:
-            from accel_state.collectives import barrier
-            from accel_state.timeouts import named_collective
-
-            with named_collective("wait_for_everyone"):
-                barrier()
+            with timeouts.named_collective("wait_for_everyone"):
+                self.communicator.barrier()
 
     @contextlib.contextmanager
     def _goes_first(self, is_first: bool) -> Iterator[None]:
@@ -168,6 +200,16 @@ class PartialState:
     @contextlib.contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """Yield this process's contiguous share of `inputs` (list, tuple, tensor or dict of them)."""
-        from accel_state.splitting import split_for_process
-
         yield split_for_process(inputs, self.process_index, self.num_processes, apply_padding)
+
+
+def _describe_wait() -> str:
+    state = PartialState()
+    seconds = state.timeout.total_seconds()
+    return (
+        f"rank {state.process_index} of {state.num_processes} waited {seconds:g} s (the process group's "
+        f"timeout: Accelerator(timeout=...) or {env_vars.TIMEOUT})"
+    )
+
+
+timeouts.describe_waits_with(_describe_wait)

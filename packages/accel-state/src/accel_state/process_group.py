@@ -27,12 +27,20 @@ def init_process_group(found: LaunchEnvironment, backend: str, timeout: datetime
     export_for_torch(found)
     attempt = env_vars.read_int(env_vars.RESTART_COUNT)
     if attempt is None:
-        rendezvous: dict[str, object] = {"init_method": "env://"}
+        init_method: str | None = "env://"
+        store: dist.Store | None = None
     else:
-        prefix = f"accel/attempt_{attempt}/"
-        rendezvous = {"store": dist.PrefixStore(prefix, _elastic_store(found, timeout))}
+        init_method, store = (
+            None,
+            dist.PrefixStore(f"accel/attempt_{attempt}/", _elastic_store(found, timeout)),
+        )
     dist.init_process_group(
-        backend=backend, rank=found.rank, world_size=found.world_size, timeout=timeout, **rendezvous
+        backend=backend,
+        init_method=init_method,
+        store=store,
+        rank=found.rank,
+        world_size=found.world_size,
+        timeout=timeout,
     )
     _register_teardown()
     return True

@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from accel_state.partial_state import PartialState
+
 
 def set_seed(seed: int, device_specific: bool = False) -> None:
     """Seed python, numpy and torch (all devices); with `device_specific`, add the rank to the seed."""
     if device_specific:
-        from accel_state.partial_state import PartialState
-
         seed += PartialState().process_index
     random.seed(seed)
     np.random.seed(seed % 2**32)

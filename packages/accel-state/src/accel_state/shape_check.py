@@ -1,46 +1,173 @@
-"""Compares tensor shapes across ranks before a collective that needs them equal.
+"""Makes the ranks agree on a collective's inputs before it runs, or all raise together.
 
-A collective over mismatched shapes hangs or fails with an error that says nothing of the cause;
-comparing first turns that into an error naming every rank's shape.
+A collective over mismatched inputs returns garbage or aborts a rank inside the transport. Each
+rank encodes what it brings into a fixed-size header (`collective_header`); one small all_gather
+shows every rank every header, so a mismatch is seen by all of them at once. Only then do they
+exchange full descriptions (pickled, the error path alone pays for it) to name each rank's shape,
+dtype or structure. In debug mode the full descriptions are compared on every call.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-import torch.distributed as dist
+import torch
 
-from accel_state.nested import tensor_leaves
+from accel_state.collective_header import (
+    EXCHANGE_BYTES,
+    HEADER_BYTES,
+    NO_PAYLOAD,
+    TENSOR,
+    Description,
+    carried_sizes,
+    exchange_tensor,
+    headers_agree,
+    payload_lengths,
+)
+from accel_state.timeouts import CollectiveError
+
+_SHOWN_TENSORS = 8  # more differing tensors than this are counted, not listed
+_SHOWN_CHARS = 400
 
 
-class CollectiveShapeError(RuntimeError):
-    """Ranks called a collective with tensors of shapes it cannot combine."""
+class CollectiveShapeError(CollectiveError):
+    """Ranks called a collective with inputs it cannot combine: shapes, dtypes, structure or arguments."""
 
 
-def _format_rank_shapes(per_rank: list[list[tuple[int, ...]]]) -> str:
-    parts = []
-    for rank, shapes in enumerate(per_rank):
-        text = "; ".join(str(tuple(s)) for s in shapes) if shapes else "no tensors"
-        parts.append(f"rank {rank}: {text}")
-    return ", ".join(parts)
+@dataclasses.dataclass
+class Agreement:
+    """What the ranks learned from each other's headers, once they agree."""
+
+    payload_lengths: list[int]  # per rank, NO_PAYLOAD for a rank whose pieces did not travel inline
+    offsets: list[int]  # where this rank's pieces lie in its payload (empty when they did not travel)
+    payloads: torch.Tensor | None = None  # (world size, INLINE_BYTES) uint8: every rank's payload
+    sizes: list[list[int]] | None = None  # per tensor, every rank's size along the description's size_dim
+
+    def all_inline(self) -> bool:
+        return self.payloads is not None and NO_PAYLOAD not in self.payload_lengths
 
 
-def verify_shapes_match(operation: str, data: Any, *, ignore_dim: int | None = None) -> None:
-    """Raise CollectiveShapeError unless every rank holds tensors of the same shapes.
+def agree_across_ranks(
+    state: Any, description: Description, *, full: bool = False, pieces: list[torch.Tensor] | None = None
+) -> Agreement:
+    """Exchange headers, with `pieces` (uint8 on the state's device) when they fit, in one all_gather.
 
-    With `ignore_dim`, that dimension may differ (padding will even it out) but the rank may not.
+    Raises CollectiveShapeError on every rank unless all ranks bring matching inputs to the same
+    call. `state` is the process's shared state (its communicator, device and world size); with
+    `full` the full descriptions are compared too, not only their digests.
     """
-    shapes = [tuple(t.shape) for t in tensor_leaves(data)]
-    per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, shapes)
-    reference = per_rank[0]
+    world_size = state.num_processes
+    exchange, offsets = exchange_tensor(description, state.device, pieces)
+    gathered = torch.empty(EXCHANGE_BYTES * world_size, dtype=torch.uint8, device=state.device)
+    state.communicator.all_gather_into(gathered, exchange)
+    table = gathered.view(world_size, EXCHANGE_BYTES)
+    headers: list[list[int]] = table[:, :HEADER_BYTES].view(torch.int64).tolist()
+    agreed = headers_agree(headers)
+    if full or not agreed:
+        # Every rank holds every header, so every rank takes this branch, or none does.
+        per_rank: list[Description] = state.communicator.all_gather_object(description, world_size)
+        if not agreed or any(d.comparable() != per_rank[0].comparable() for d in per_rank):
+            raise CollectiveShapeError(mismatch_message(per_rank))
+    agreement = Agreement(payload_lengths(headers), offsets)
+    if any(length != NO_PAYLOAD for length in agreement.payload_lengths):
+        agreement.payloads = table[:, HEADER_BYTES:]
+    if description.size_dim is not None:
+        sizes = carried_sizes(headers)
+        agreement.sizes = _exchange_sizes(state, description.sizes()) if sizes is None else sizes
+    return agreement
 
-    def comparable(rank_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        if ignore_dim is None:
-            return rank_shapes
-        return [tuple(d for i, d in enumerate(s) if i != ignore_dim % max(len(s), 1)) for s in rank_shapes]
 
-    if any(comparable(s) != comparable(reference) for s in per_rank):
-        raise CollectiveShapeError(
-            f"{operation}: tensors differ in shape across ranks: {_format_rank_shapes(per_rank)}"
+def _exchange_sizes(state: Any, sizes: list[int]) -> list[list[int]]:
+    # Only when more tensors than the header holds; their number is agreed by now.
+    local = torch.tensor(sizes, dtype=torch.int64, device=state.device)
+    gathered = torch.empty(len(sizes) * state.num_processes, dtype=torch.int64, device=state.device)
+    state.communicator.all_gather_into(gathered, local)
+    flat = gathered.tolist()
+    return [flat[index :: len(sizes)] for index in range(len(sizes))]
+
+
+def mismatch_message(per_rank: list[Description]) -> str:
+    """Return the error text naming what differs between the ranks' descriptions, rank by rank."""
+    first = per_rank[0]
+
+    def each(text_of: Callable[[Description], str]) -> str:
+        return ", ".join(f"rank {rank}: {_clip(text_of(d))}" for rank, d in enumerate(per_rank))
+
+    if any(d.operation != first.operation for d in per_rank):
+        return (
+            "ranks called different collectives at the same point (every rank must call the same "
+            f"collectives in the same order): {each(lambda d: d.operation)}"
         )
+    operation = first.operation
+    problems = [f"rank {rank} {d.problem}" for rank, d in enumerate(per_rank) if d.problem]
+    if problems:
+        return f"{operation}: {'; '.join(problems)}"
+    if any(d.arguments != first.arguments for d in per_rank):
+        return f"{operation}: ranks passed different arguments: {each(lambda d: d.arguments)}"
+    if any(d.structure != first.structure for d in per_rank):
+        return f"{operation}: inputs differ in structure across ranks: {each(_render)}"
+    return _tensor_mismatch(operation, per_rank)
+
+
+def _tensor_mismatch(operation: str, per_rank: list[Description]) -> str:
+    first = per_rank[0]
+    differs = {
+        "dtype": any(_dtypes(d) != _dtypes(first) for d in per_rank),
+        "device": any(_devices(d) != _devices(first) for d in per_rank),
+        "shape": any(d.compared_shapes() != first.compared_shapes() for d in per_rank),
+    }
+    what = " and ".join(name for name, found in differs.items() if found) or "content"
+    note = ""
+    if differs["shape"] and first.size_dim is not None:
+        note = f" (only dim {first.size_dim} may differ, and the number of dims may not)"
+    count = len(first.tensors)
+    shown = list(range(count))
+    if count > _SHOWN_TENSORS:
+        shown = [i for i in shown if any(_leaf(d, i, differs) != _leaf(first, i, differs) for d in per_rank)]
+    more = (
+        f" ({len(shown) - _SHOWN_TENSORS} more differing tensors not shown)"
+        if len(shown) > _SHOWN_TENSORS
+        else ""
+    )
+    shown = shown[:_SHOWN_TENSORS]
+
+    def texts(d: Description) -> str:
+        if count == 0:
+            return "no tensors"
+        if count > _SHOWN_TENSORS:
+            return "; ".join(f"tensor {i}: {_leaf(d, i, differs)}" for i in shown)
+        return "; ".join(_leaf(d, i, differs) for i in shown)
+
+    ranks = ", ".join(f"rank {rank}: {_clip(texts(d))}" for rank, d in enumerate(per_rank))
+    return f"{operation}: tensors differ in {what} across ranks{note}: {ranks}{more}"
+
+
+def _dtypes(description: Description) -> tuple[str, ...]:
+    return tuple(dtype for dtype, _, _ in description.tensors)
+
+
+def _devices(description: Description) -> tuple[str, ...]:
+    return tuple(device for _, device, _ in description.tensors)
+
+
+def _leaf(description: Description, index: int, differs: dict[str, bool]) -> str:
+    dtype, device, shape = description.tensors[index]
+    text = str(shape)
+    if differs["dtype"]:
+        text += f" {dtype}"
+    if differs["device"]:
+        text += f" on {device}"
+    return text
+
+
+def _render(description: Description) -> str:
+    """Return the structure with each tensor's shape in its place."""
+    pieces = description.structure.split(TENSOR)
+    leaves = [str(shape) for _, _, shape in description.tensors]
+    return "".join(piece + (leaves[i] if i < len(leaves) else "") for i, piece in enumerate(pieces))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."

@@ -21,27 +21,34 @@ F = TypeVar("F", bound=Callable[..., Any])
 _TIMEOUT_MARKS = ("timed out", "timeout", "watchdog caught collective operation")
 
 
-class CollectiveTimeoutError(RuntimeError):
+class CollectiveError(RuntimeError):
+    """Base of the errors accel raises about a collective; each names its operation already."""
+
+
+class CollectiveTimeoutError(CollectiveError):
     """A collective did not complete in time: some process never reached it."""
 
 
 def is_timeout(error: BaseException) -> bool:
     """Return True when `error` is torch's report of a collective that ran past its timeout."""
-    if isinstance(error, CollectiveTimeoutError):
-        return False  # already named; do not wrap twice
+    if isinstance(error, CollectiveError):
+        return False  # already named (and its text may quote a user's "timeout" key); do not wrap
     text = str(error).lower()
     return isinstance(error, RuntimeError) and any(mark in text for mark in _TIMEOUT_MARKS)
 
 
-def _describe_wait() -> str:
-    from accel_state.partial_state import PartialState
+def _no_description() -> str:
+    return f"this rank waited the process group's timeout (Accelerator(timeout=...) or {env_vars.TIMEOUT})"
 
-    state = PartialState()
-    seconds = state.timeout.total_seconds()
-    return (
-        f"rank {state.process_index} of {state.num_processes} waited {seconds:g} s (the process group's "
-        f"timeout: Accelerator(timeout=...) or {env_vars.TIMEOUT})"
-    )
+
+# Set by the shared state, which knows the rank and the timeout (this module sits below it).
+_describe_wait: Callable[[], str] = _no_description
+
+
+def describe_waits_with(describe: Callable[[], str]) -> None:
+    """Make `describe()` the text that says who waited how long, in every timeout error."""
+    global _describe_wait
+    _describe_wait = describe
 
 
 _nesting = threading.local()

@@ -1,7 +1,8 @@
 """`Accelerator`: the facade a training script talks to.
 
-It holds the shared state, one backend (chosen once, behind the `Backend` seam of accel_state)
-and one precision policy (accel_amp), and delegates to them; it branches on neither.
+It resolves options, keeps one registry of prepared objects (`PreparedObjects`) and delegates:
+to one backend, chosen once behind the `Backend` seam of accel_state, which is handed the
+precision policy (accel_amp) as an object. It branches on neither.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -17,8 +19,9 @@ from torch.utils.data import DataLoader
 
 from accel import checkpointing
 from accel import metrics as _metrics
+from accel.checkpoint_registry import CheckpointRegistry
 from accel.dataloader_config import DataLoaderConfiguration
-from accel.prepared_objects import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
+from accel.object_kinds import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
 from accel.process_control import ProcessControl
 from accel.project_config import ProjectConfiguration
 from accel.weight_files import save_model
@@ -26,8 +29,9 @@ from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_poli
 from accel_data import even_batches_overridden, prepare_data_loader, skip_first_batches
 from accel_state import (
     AcceleratorState,
+    BackendOptions,
     GradientState,
-    Preparation,
+    PreparedObjects,
     create_backend,
     env_vars,
 )
@@ -71,19 +75,15 @@ class Accelerator(ProcessControl):
         self.rng_types = rng_types
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.gradient_state = GradientState(_resolve_accumulation_steps(gradient_accumulation_steps))
-        self.backend = create_backend(self.state.distributed_type, self.state._partial)
-        if ddp_kwargs and hasattr(self.backend, "ddp_kwargs"):
-            self.backend.ddp_kwargs.update(ddp_kwargs)
-        self.precision = precision_policy(self.state.mixed_precision, self.device)
+        precision = precision_policy(self.state.mixed_precision, self.device)
+        options = BackendOptions(precision=precision, ddp_kwargs=dict(ddp_kwargs or {}))
+        self.backend = create_backend(self.state.distributed_type, self.state._partial, options)
         self.step = 0
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._dataloaders: list[DataLoader] = []
+        self.prepared = PreparedObjects()
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and project_config is not None:
             self.project_configuration.set_directories(project_dir)
-        self._checkpoint_registry = checkpointing.CheckpointRegistry()
+        self._checkpoint_registry = CheckpointRegistry()
 
     # The run's options -----------------------------------------------------------------------
     @property
@@ -107,13 +107,35 @@ class Accelerator(ProcessControl):
         return self.gradient_state.sync_gradients
 
     @property
+    def precision(self) -> Any:
+        """The precision policy the backend computes with (an engine may bring its own)."""
+        return self.backend.precision
+
+    @property
     def scaler(self) -> torch.amp.GradScaler | None:
         return self.precision.scaler
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """True when the last optimizer step was skipped (fp16 overflow)."""
-        return any(opt.step_was_skipped for opt in self._optimizers)
+        return any(opt.step_was_skipped for opt in self.prepared.optimizers)
+
+    # The registry, under the names Accelerate scripts reach for.
+    @property
+    def _models(self) -> list[torch.nn.Module]:
+        return self.prepared.models
+
+    @property
+    def _optimizers(self) -> list[AcceleratedOptimizer]:
+        return self.prepared.optimizers
+
+    @property
+    def _schedulers(self) -> list[AcceleratedScheduler]:
+        return self.prepared.schedulers
+
+    @property
+    def _dataloaders(self) -> list[DataLoader]:
+        return self.prepared.data_loaders
 
     # Preparing the training objects --------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
@@ -126,68 +148,67 @@ class Accelerator(ProcessControl):
             )
         kinds = [kind_of(obj) for obj in args]
         result = list(args)
-        for i, obj in enumerate(args):
-            if kinds[i] == DATA_LOADER:
-                result[i] = self.prepare_data_loader(obj, device_placement=device_placement[i])
-        model_slots = [i for i, k in enumerate(kinds) if k == MODEL]
-        for i in model_slots:
-            self.precision.wrap_forward(args[i])
-        prepared = self.backend.prepare(
-            Preparation(models=[args[i] for i in model_slots]),
-            device_placement=any(device_placement[i] for i in model_slots),
-        )
-        for i, model in zip(model_slots, prepared.models, strict=True):
-            result[i] = model
-            self._models.append(model)
-        optimizers: dict[int, AcceleratedOptimizer] = {}
-        for i, obj in enumerate(args):
-            if kinds[i] == OPTIMIZER:
-                optimizers[i] = result[i] = self.prepare_optimizer(obj, device_placement=device_placement[i])
-        for i, obj in enumerate(args):
-            if kinds[i] == SCHEDULER:
-                result[i] = self.prepare_scheduler(obj, optimizers)
+        batch = PreparedObjects()
+        slots: dict[str, list[int]] = {MODEL: [], OPTIMIZER: [], SCHEDULER: [], DATA_LOADER: []}
+        for i, (obj, kind) in enumerate(zip(args, kinds, strict=True)):
+            if kind == DATA_LOADER:
+                obj = self._shard_data_loader(obj, device_placement[i])
+            elif kind == OPTIMIZER and isinstance(obj, AcceleratedOptimizer):
+                continue  # prepared already
+            elif kind not in slots:
+                continue
+            slots[kind].append(i)
+            getattr(batch, kind).append(obj)
+            batch.device_placement[id(obj)] = device_placement[i]
+        prepared = self.backend.prepare(batch)
+        for kind, indices in slots.items():
+            for i, obj in zip(indices, getattr(prepared, kind), strict=True):
+                result[i] = obj
+        optimizers = {i: obj for i, obj in enumerate(args) if isinstance(obj, AcceleratedOptimizer)}
+        for i in slots[OPTIMIZER]:
+            optimizers[i] = result[i] = AcceleratedOptimizer(
+                result[i], device_placement[i], device=self.device, stepper=self.backend
+            )
+        for i in slots[SCHEDULER]:
+            pool = optimizers or dict(enumerate(self.prepared.optimizers))
+            result[i] = AcceleratedScheduler(
+                result[i],
+                optimizers_of(args[i], pool),
+                step_with_optimizer=self.step_scheduler_with_optimizer,
+                split_batches=self.split_batches,
+            )
+        for kind, indices in slots.items():
+            getattr(self.prepared, kind).extend(result[i] for i in indices)
         return result[0] if len(result) == 1 else tuple(result)
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
         """Return `model` wrapped for this set-up (autocast forward, device, DDP)."""
-        return self.prepare(
-            model, device_placement=[self.device_placement if device_placement is None else device_placement]
-        )
+        return self.prepare(model, device_placement=[self._placement(device_placement)])
 
     def prepare_optimizer(
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
     ) -> AcceleratedOptimizer:
-        """Return `optimizer` wrapped so that it steps through the scaler and only on sync steps."""
-        if isinstance(optimizer, AcceleratedOptimizer):
-            return optimizer
-        placement = self.device_placement if device_placement is None else device_placement
-        wrapped = AcceleratedOptimizer(optimizer, placement, scaler=self.precision.scaler, device=self.device)
-        self._optimizers.append(wrapped)
-        return wrapped
+        """Return `optimizer` wrapped so that it steps through the backend and only on sync steps."""
+        return self.prepare(optimizer, device_placement=[self._placement(device_placement)])
 
-    def prepare_scheduler(
-        self, scheduler: Any, optimizers: dict[int, AcceleratedOptimizer] | None = None
-    ) -> AcceleratedScheduler:
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Return `scheduler` wrapped so that it follows the optimizer's real steps."""
-        pool = optimizers or dict(enumerate(self._optimizers))
-        wrapped = AcceleratedScheduler(
-            scheduler,
-            optimizers_of(scheduler, pool),
-            step_with_optimizer=self.step_scheduler_with_optimizer,
-            split_batches=self.split_batches,
-        )
-        self._schedulers.append(wrapped)
-        return wrapped
+        return self.prepare(scheduler)
 
     def prepare_data_loader(self, data_loader: Any, device_placement: bool | None = None) -> DataLoader:
         """Return `data_loader` sharded for this process, its batches placed on the device."""
+        return self.prepare(data_loader, device_placement=[self._placement(device_placement)])
+
+    def _placement(self, device_placement: bool | None) -> bool:
+        return self.device_placement if device_placement is None else device_placement
+
+    def _shard_data_loader(self, data_loader: Any, device_placement: bool) -> DataLoader:
         config = self.dataloader_config
-        placement = self.device_placement if device_placement is None else device_placement
-        prepared = prepare_data_loader(
+        return prepare_data_loader(
             data_loader,
             device=self.device,
             split_batches=config.split_batches,
-            put_on_device=placement,
+            put_on_device=device_placement,
             rng_types=self.rng_types,
             even_batches=config.even_batches,
             data_seed=config.data_seed,
@@ -195,8 +216,6 @@ class Accelerator(ProcessControl):
             use_seedable_sampler=config.use_seedable_sampler,
             dispatch_batches=config.dispatch_batches,
         )
-        self._dataloaders.append(prepared)
-        return prepared
 
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """Return a loader that resumes `dataloader`'s current epoch after `num_batches` batches.
@@ -207,10 +226,9 @@ class Accelerator(ProcessControl):
 
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16."""
-        if self.gradient_accumulation_steps > 1:
-            loss = loss / self.gradient_accumulation_steps
-        self.backend.backward(self.precision.scale_loss(loss), **kwargs)
+        """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16 (by the backend)."""
+        self.gradient_state._note_backward()
+        self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
         if self.gradient_state.end_of_dataloader:
@@ -238,9 +256,7 @@ class Accelerator(ProcessControl):
         if not self.use_distributed:
             yield
             return
-        from torch.distributed.algorithms.join import Join
-
-        with even_batches_overridden(self._dataloaders, even_batches), Join(joinables):
+        with even_batches_overridden(self.prepared.data_loaders, even_batches), self.backend.join(joinables):
             yield
 
     @contextlib.contextmanager
@@ -251,24 +267,26 @@ class Accelerator(ProcessControl):
 
     def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
         """Return a context running code outside the model in the run's mixed precision."""
-        return self.precision.autocast(enabled, **autocast_kwargs)
+        return self.backend.autocast(enabled, **autocast_kwargs)
 
     def unscale_gradients(self, optimizer: AcceleratedOptimizer | None = None) -> None:
         """Divide gradients by the fp16 loss scale (once per step); a no-op otherwise."""
-        for opt in [optimizer] if optimizer is not None else self._optimizers:
+        for opt in [optimizer] if optimizer is not None else self.prepared.optimizers:
             opt.unscale_gradients()
+
+    def _raw_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [opt.optimizer for opt in self.prepared.optimizers]
 
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor:
         """Clip gradients (after unscaling) to `max_norm`; return their total norm before clipping."""
-        self.unscale_gradients()
-        return self.backend.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        optimizers = self._raw_optimizers()
+        return self.backend.clip_grad_norm_(parameters, max_norm, norm_type, optimizers=optimizers)
 
     def clip_grad_value_(self, parameters: Iterable[torch.Tensor], clip_value: float) -> None:
         """Clamp gradients (after unscaling) to [-clip_value, clip_value]."""
-        self.unscale_gradients()
-        self.backend.clip_grad_value_(parameters, clip_value)
+        self.backend.clip_grad_value_(parameters, clip_value, optimizers=self._raw_optimizers())
 
     # Collectives ----------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:
@@ -311,7 +329,7 @@ class Accelerator(ProcessControl):
 
     # Checkpoints ----------------------------------------------------------------------------
     @property
-    def project_dir(self) -> str | None:
+    def project_dir(self) -> str | os.PathLike[str] | None:
         return self.project_configuration.project_dir
 
     @property
@@ -349,10 +367,7 @@ class Accelerator(ProcessControl):
 
     def free_memory(self) -> None:
         """Forget the prepared objects so they can be garbage collected."""
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._dataloaders.clear()
+        self.prepared.clear()
         self._checkpoint_registry.custom_objects.clear()
         self.step = 0
 

@@ -66,7 +66,7 @@ def _tensor_sums(tensor: torch.Tensor) -> bytes:
         data = data.to_dense()
     data = data.resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
     if data.numel() <= _SMALL_BYTES:  # a few torch calls would cost more than hashing the bytes
-        return hashlib.sha256(data.cpu().numpy()).digest()
+        return hashlib.sha256(data.cpu().numpy().tobytes()).digest()
     whole = data.numel() // 8 * 8
     try:
         words = data[:whole].view(torch.int64)

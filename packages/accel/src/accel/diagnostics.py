@@ -12,6 +12,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -53,7 +54,8 @@ def check_device(accelerator: Accelerator) -> str:
 def check_data_sharding(accelerator: Accelerator) -> str:
     """Return a detail line when every item is seen exactly once across ranks (gather_for_metrics)."""
     count = 4 * accelerator.num_processes + 3  # not a multiple of the batches: the last one is uneven
-    loader = torch.utils.data.DataLoader(torch.arange(count), batch_size=2)
+    items: Any = torch.arange(count)  # a tensor is a map-style dataset
+    loader: torch.utils.data.DataLoader = torch.utils.data.DataLoader(items, batch_size=2)
     seen = []
     for batch in accelerator.prepare(loader):
         seen.extend(accelerator.gather_for_metrics(batch).tolist())

@@ -13,7 +13,14 @@ from typing import Any
 
 import torch
 
-from accel_state import GradientState, gather, gather_object, gather_uneven, recursively_apply
+from accel_state import (
+    CollectiveShapeError,
+    GradientState,
+    gather,
+    gather_object,
+    gather_uneven,
+    recursively_apply,
+)
 from accel_state.nested import leaves
 
 
@@ -27,13 +34,18 @@ def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -
     loader = gradient_state.active_dataloader
     remainder = gradient_state.remainder
     tensors_only = all(isinstance(leaf, torch.Tensor) for leaf in leaves(data))
-    if use_gather_object or not tensors_only:
-        gathered = gather_object(data)
-    elif remainder >= 0 or num_processes == 1:
-        gathered = gather(data)
-    else:
-        # Without padding, ranks' last batches may differ in size.
-        gathered = gather_uneven(data)
+    try:
+        # Ranks that pick different branches here meet in different collectives: the check of
+        # inputs in each (a header exchange) makes that an error on every rank, not a hang.
+        if use_gather_object or not tensors_only:
+            gathered = gather_object(data)
+        elif remainder >= 0 or num_processes == 1:
+            gathered = gather(data)
+        else:
+            # Without padding, ranks' last batches may differ in size.
+            gathered = gather_uneven(data)
+    except CollectiveShapeError as error:
+        raise CollectiveShapeError(f"gather_for_metrics: {error}") from error
     if num_processes == 1 or remainder < 0 or not gradient_state.end_of_dataloader:
         return gathered
     if (use_gather_object or not tensors_only) and not isinstance(data, (list, tuple)):

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from accel.checkpoint_writer import write_bytes_file, write_safetensors_file, write_torch_file
 from accel_state import PartialState
 
 
@@ -90,13 +93,15 @@ def save_model(
 
     One shard: `model.safetensors` (`pytorch_model.bin` without safe serialization). Several:
     `model-00001-of-0000N.safetensors` ... plus `model.safetensors.index.json` mapping each weight to
-    its file. Stale shards of an earlier save are removed; each file is renamed into place whole.
+    its file. Each file is renamed into place whole. Of an earlier save, only what save_model can
+    tell it wrote is removed: the shards its index lists, the index, the one-file name; other files
+    in the folder are left alone.
     """
     state = accelerator.get_state_dict(model)  # on every rank: sharded backends gather collectively
     if not PartialState().is_main_process:
         return
     folder = Path(save_directory)
-    if folder.is_file():
+    if folder.exists() and not folder.is_dir():
         raise ValueError(f"save_model: {folder} is a file, not a folder")
     folder.mkdir(parents=True, exist_ok=True)
     stem, ext = ("model", ".safetensors") if safe_serialization else ("pytorch_model", ".bin")
@@ -107,34 +112,50 @@ def save_model(
         if len(shards) == 1
         else [f"{stem}-{i:05d}-of-{len(shards):05d}{ext}" for i in range(1, len(shards) + 1)]
     )
-    for stale in folder.glob(f"{stem}*{ext}"):
-        if stale.name not in names:
-            stale.unlink()
     index_path = folder / f"{stem}{ext}.index.json"
+    for stale in {stem + ext, *_indexed_shards(index_path, stem, ext)} - set(names):
+        (folder / stale).unlink(missing_ok=True)
     index_path.unlink(missing_ok=True)
     for name, shard in zip(names, shards, strict=True):
-        _replace_file(
-            folder / name, lambda path, shard=shard: _write_weights(path, shard, aliases, safe_serialization)
-        )
+        _replace_file(folder / name, functools.partial(_write_shard, shard, aliases, safe_serialization))
     if len(shards) > 1:
         weight_map = {key: name for name, shard in zip(names, shards, strict=True) for key in shard}
         weight_map.update({alias: weight_map[target] for alias, target in aliases.items()})
         total = sum(t.numel() * t.element_size() for t in tensors.values())
         index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-        _replace_file(index_path, lambda path: path.write_text(json.dumps(index, indent=2) + "\n"))
+        text = json.dumps(index, indent=2) + "\n"
+        _replace_file(index_path, functools.partial(_write_text, text))
 
 
-def _write_weights(path: Path, tensors: dict[str, torch.Tensor], aliases: dict[str, str], safe: bool) -> None:
+def _indexed_shards(index_path: Path, stem: str, ext: str) -> set[str]:
+    """Return the shard names (`<stem>-0000i-of-0000n<ext>`) that an earlier save's index lists."""
+    try:
+        weight_map = json.loads(index_path.read_text())["weight_map"]
+        listed = set(weight_map.values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return set()
+    pattern = re.compile(re.escape(stem) + r"-\d{5}-of-\d{5}" + re.escape(ext))
+    return {name for name in listed if isinstance(name, str) and pattern.fullmatch(name)}
+
+
+def _write_text(text: str, path: Path) -> None:
+    write_bytes_file(path, text.encode())
+
+
+def _write_shard(tensors: dict[str, torch.Tensor], aliases: dict[str, str], safe: bool, path: Path) -> None:
     if safe:
-        from safetensors.torch import save_file
-
         kept = {alias: name for alias, name in aliases.items() if name in tensors}
-        save_file(tensors, str(path), metadata={"format": "pt", "accel_aliases": json.dumps(kept)})
+        write_safetensors_file(path, tensors, {"format": "pt", "accel_aliases": json.dumps(kept)})
     else:
-        torch.save(tensors, path)
+        write_torch_file(path, tensors)
 
 
 def _replace_file(path: Path, write: Callable[[Path], None]) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    write(partial)
-    os.replace(partial, path)
+    """Write `path` through a uniquely named partial file renamed into place (removed on failure)."""
+    partial = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:12]}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

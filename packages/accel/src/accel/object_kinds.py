@@ -7,7 +7,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-MODEL, OPTIMIZER, SCHEDULER, DATA_LOADER, OTHER = "model", "optimizer", "scheduler", "data_loader", "other"
+# Named after the fields of accel_state.PreparedObjects that hold each kind.
+MODEL, OPTIMIZER, SCHEDULER, DATA_LOADER = "models", "optimizers", "schedulers", "data_loaders"
+OTHER = "other"
 
 
 def kind_of(obj: Any) -> str:

@@ -1,0 +1,29 @@
+"""The option values the launcher offers and the library accepts, defined once for both.
+
+Like env_vars, this module imports nothing heavy: the CLI reads it without torch.
+"""
+
+from __future__ import annotations
+
+from accel_state.distributed_type import DistributedType
+
+# torchrun's rendezvous port when none is given (the launcher's multi-machine default).
+DEFAULT_MASTER_PORT = 29500
+
+# Mixed-precision modes accel runs.
+MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
+# Also accepted in a config file and by `--mixed_precision` (Accelerate's values), refused at launch.
+CONFIG_MIXED_PRECISION_CHOICES = (*MIXED_PRECISION_CHOICES, "fp8")
+
+# Distributed types `accel launch` can start (and `accel config` offers).
+LAUNCHABLE_DISTRIBUTED_TYPES = tuple(
+    kind.value for kind in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+)
+# Those a job may run on the CPU with.
+CPU_DISTRIBUTED_TYPES = (DistributedType.NO.value, DistributedType.MULTI_CPU.value)
+# Every value of Accelerate's `distributed_type` key, accepted in a config file.
+CONFIG_DISTRIBUTED_TYPES = (
+    *LAUNCHABLE_DISTRIBUTED_TYPES,
+    "MULTI_NPU", "MULTI_XPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_HPU", "MULTI_SDAA",
+    "XLA", "DEEPSPEED", "FSDP", "MEGATRON_LM",
+)  # fmt: skip

@@ -1,0 +1,254 @@
+"""The header ranks exchange before a collective: HEADER_LENGTH int64 values saying what each brings.
+
+A collective over inputs that differ between ranks returns another rank's bytes reinterpreted, or
+aborts a rank inside the transport. So before one, every rank describes its call (operation,
+arguments) and its input (nesting structure; dtype, device and shape of every tensor), encodes the
+description into HEADER_LENGTH int64 values, and the ranks exchange headers in one small
+all_gather of EXCHANGE_BYTES each. That size is the same whatever the input, so the exchange
+cannot mismatch itself; every rank then holds every header, so all of them see a difference at
+once and can raise together.
+
+Header: MAGIC, a digest of the call, a digest of the input, the number of tensors, the number of
+sizes carried (the fields every rank must share), then this rank's payload length and, for
+padding and uneven gathers, each tensor's size along the padded dim. Digests are 64-bit BLAKE2b,
+the same in every process (unlike Python's `hash` of a string). After the header, each rank's
+exchange holds INLINE_BYTES of payload: inputs that small (a metric, a seed, a pickled list)
+travel in the header exchange itself, so checking them costs no extra round trip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from array import array
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+HEADER_LENGTH = 32
+MAGIC = 0x616363656C000002  # "accel" and the layout version
+COMPARED_FIELDS = 5  # magic, call digest, input digest, tensor count, sizes carried
+PAYLOAD_FIELD = 5  # this rank's payload length in bytes, or NO_PAYLOAD
+FIXED_FIELDS = 6
+SIZE_CAPACITY = HEADER_LENGTH - FIXED_FIELDS
+HEADER_BYTES = HEADER_LENGTH * 8
+INLINE_BYTES = 1024
+EXCHANGE_BYTES = HEADER_BYTES + INLINE_BYTES  # what each rank sends: its header, then its payload
+NO_PAYLOAD = -1
+_ALIGNMENT = 16  # of payload offsets, so that the bytes of any dtype can be viewed in place
+OUT_OF_RANGE = -1  # the size of a tensor that has no dim `size_dim` (it is left alone)
+TENSOR = "\x00"  # stands for a tensor in a structure text; messages put its shape there
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """What one rank brings to a collective, in words every rank can compare and print."""
+
+    operation: str
+    arguments: str = ""
+    structure: str = TENSOR  # the nesting, TENSOR for each tensor, type names for other leaves
+    tensors: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (dtype, device type, shape)
+    size_dim: int | None = None  # the dim whose size may differ between ranks
+    problem: str = ""  # why this rank cannot take part at all (an object that does not pickle)
+
+    def compared_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Return each tensor's shape with the size along `size_dim` blanked out."""
+        return tuple(_blank(shape, self.size_dim) for _, _, shape in self.tensors)
+
+    def sizes(self) -> list[int]:
+        """Return each tensor's size along `size_dim` (OUT_OF_RANGE where it has no such dim)."""
+        if self.size_dim is None:
+            return []
+        return [_size_along(shape, self.size_dim) for _, _, shape in self.tensors]
+
+    def comparable(self) -> tuple[Any, ...]:
+        """Return what must be equal on every rank."""
+        kinds = tuple((dtype, device) for dtype, device, _ in self.tensors)
+        return (self.operation, self.arguments, self.structure, kinds, self.compared_shapes(), self.problem)
+
+
+def _size_along(shape: tuple[int, ...], dim: int) -> int:
+    if not -len(shape) <= dim < len(shape):
+        return OUT_OF_RANGE
+    return shape[dim]
+
+
+def _blank(shape: tuple[int, ...], dim: int | None) -> tuple[int, ...]:
+    if dim is None or not -len(shape) <= dim < len(shape):
+        return shape
+    axis = dim % len(shape)
+    return shape[:axis] + (-1,) + shape[axis + 1 :]
+
+
+def describe(operation: str, data: Any, *, arguments: str = "", size_dim: int | None = None) -> Description:
+    """Return the description of `data` (a tensor or a nest of them) for `operation`."""
+    if isinstance(data, torch.Tensor):  # the common case, without the walk
+        return Description(operation, arguments, TENSOR, (_tensor_facts(data),), size_dim)
+    parts: list[str] = []
+    tensors: list[tuple[str, str, tuple[int, ...]]] = []
+    _walk(data, parts, tensors)
+    return Description(operation, arguments, "".join(parts), tuple(tensors), size_dim)
+
+
+def describe_object(operation: str, arguments: str = "", problem: str = "") -> Description:
+    """Return the description of a pickled object's part in `operation` (only the call must agree)."""
+    return Description(operation, arguments, "object", (), None, problem)
+
+
+def _tensor_facts(tensor: torch.Tensor) -> tuple[str, str, tuple[int, ...]]:
+    return str(tensor.dtype).removeprefix("torch."), tensor.device.type, tuple(tensor.shape)
+
+
+def _walk(data: Any, parts: list[str], tensors: list[tuple[str, str, tuple[int, ...]]]) -> None:
+    # The order of nested.recursively_apply, so that the n-th tensor here is the n-th one it visits.
+    if isinstance(data, torch.Tensor):
+        parts.append(TENSOR)
+        tensors.append(_tensor_facts(data))
+    elif isinstance(data, (list, tuple)):
+        parts.append(f"{type(data).__name__}[")
+        for index, item in enumerate(data):
+            parts.append(", " if index else "")
+            _walk(item, parts, tensors)
+        parts.append("]")
+    elif isinstance(data, Mapping):
+        parts.append(f"{type(data).__name__}{{")
+        for index, (key, value) in enumerate(data.items()):
+            parts.append(f"{', ' if index else ''}{key!r}: ")
+            _walk(value, parts, tensors)
+        parts.append("}")
+    elif dataclasses.is_dataclass(data) and not isinstance(data, type):
+        parts.append(f"{type(data).__name__}(")
+        for index, field in enumerate(f for f in dataclasses.fields(data) if f.init):
+            parts.append(f"{', ' if index else ''}{field.name}=")
+            _walk(getattr(data, field.name), parts, tensors)
+        parts.append(")")
+    else:
+        parts.append(type(data).__name__)  # not a tensor: the collective will refuse it on every rank
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _call_digest(operation: str, arguments: str) -> int:
+    return _digest(f"{operation}({arguments})")
+
+
+def _input_digest(description: Description) -> int:
+    if description.structure == TENSOR and len(description.tensors) == 1 and not description.problem:
+        dtype, device, _ = description.tensors[0]
+        return _digest(f"{dtype}/{device}/{description.compared_shapes()[0]}")
+    kinds = ";".join(f"{dtype}/{device}" for dtype, device, _ in description.tensors)
+    return _digest(f"{description.structure}|{kinds}|{description.compared_shapes()}|{description.problem}")
+
+
+def encode(description: Description, payload_length: int = NO_PAYLOAD) -> list[int]:
+    """Return the HEADER_LENGTH int64 values that stand for `description` in the exchange."""
+    sizes = description.sizes()
+    carried = sizes if len(sizes) <= SIZE_CAPACITY else []
+    header = [
+        MAGIC,
+        _call_digest(description.operation, description.arguments),
+        _input_digest(description),
+        len(description.tensors),
+        len(carried),
+        payload_length,
+        *carried,
+    ]
+    return header + [0] * (HEADER_LENGTH - len(header))
+
+
+def headers_agree(headers: list[list[int]]) -> bool:
+    """Return True when every rank called the same operation with inputs that fit together."""
+    reference = headers[0][:COMPARED_FIELDS]
+    return reference[0] == MAGIC and all(header[:COMPARED_FIELDS] == reference for header in headers)
+
+
+def carried_sizes(headers: list[list[int]]) -> list[list[int]] | None:
+    """Return, per tensor, every rank's size along the padded dim; None when the header could not hold them.
+
+    Only meaningful once `headers_agree`: then every rank carries the same number of sizes.
+    """
+    count, carried = headers[0][3], headers[0][4]
+    if carried != count:
+        return None
+    return [[header[FIXED_FIELDS + index] for header in headers] for index in range(count)]
+
+
+def payload_lengths(headers: list[list[int]]) -> list[int]:
+    """Return each rank's payload length (NO_PAYLOAD for a rank whose input did not travel inline)."""
+    return [header[PAYLOAD_FIELD] for header in headers]
+
+
+def payload_layout(lengths: list[int]) -> tuple[list[int], int] | None:
+    """Return where pieces of `lengths` bytes go in the payload, and its length; None if they do not fit."""
+    offsets, end = [], 0
+    for length in lengths:
+        start = -(-end // _ALIGNMENT) * _ALIGNMENT
+        offsets.append(start)
+        end = start + length
+    return (offsets, end) if offsets and end <= INLINE_BYTES else None
+
+
+def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor] | None:
+    """Return each tensor's bytes (a view where possible), or None when one is not on `device`'s type.
+
+    That depends only on what the header compares (device types), like whether they fit, so ranks
+    whose headers agree all send their tensors along, or none does.
+    """
+    pieces = []
+    for tensor in tensors:
+        if tensor.device.type != device.type:
+            return None
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        if tensor.is_conj() or tensor.is_neg():
+            tensor = tensor.resolve_conj().resolve_neg()
+        pieces.append(tensor.reshape(-1).view(torch.uint8))
+    return pieces
+
+
+@functools.lru_cache(maxsize=8)
+def _zeros(device: torch.device) -> torch.Tensor:
+    return torch.zeros(EXCHANGE_BYTES, dtype=torch.uint8, device=device)
+
+
+def exchange_tensor(
+    description: Description, device: torch.device, pieces: list[torch.Tensor] | None = None
+) -> tuple[torch.Tensor, list[int]]:
+    """Return what this rank sends (EXCHANGE_BYTES: its header, then its payload) and the payload offsets.
+
+    `pieces` (uint8, on `device`) travel as the payload when they fit; the offsets are empty when not.
+    """
+    layout = payload_layout([piece.numel() for piece in pieces]) if pieces else None
+    offsets, length = layout if layout is not None else ([], NO_PAYLOAD)
+    header = torch.frombuffer(array("q", encode(description, length)), dtype=torch.uint8)
+    zeros = _zeros(device)
+    parts = [header if device.type == "cpu" else header.to(device)]
+    used = HEADER_BYTES
+    if pieces and layout is not None:
+        for piece, offset in zip(pieces, offsets, strict=True):
+            if HEADER_BYTES + offset > used:  # alignment
+                parts.append(zeros[: HEADER_BYTES + offset - used])
+            parts.append(piece)
+            used = HEADER_BYTES + offset + piece.numel()
+    parts.append(zeros[: EXCHANGE_BYTES - used])
+    return torch.cat(parts), offsets
+
+
+def unpack_gathered(payloads: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:
+    """Return every rank's tensor shaped like `like`, concatenated along dim 0 (a new tensor)."""
+    length = like.numel() * like.element_size()
+    rows = payloads[:, offset : offset + length].contiguous().view(like.dtype)
+    shape = tuple(like.shape) or (1,)
+    gathered = rows.reshape((shape[0] * payloads.shape[0],) + shape[1:])
+    return gathered if gathered.device == like.device else gathered.to(like.device)
+
+
+def unpack_one(payloads: torch.Tensor, rank: int, offset: int, like: torch.Tensor) -> torch.Tensor:
+    """Return rank `rank`'s tensor shaped like `like` (a view of the payloads)."""
+    length = like.numel() * like.element_size()
+    return payloads[rank, offset : offset + length].view(like.dtype).reshape(like.shape)

@@ -1,0 +1,346 @@
+"""The header ranks exchange before a collective, and the error text built from full descriptions."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import namedtuple
+
+import pytest
+import torch
+
+from accel_state import CollectiveShapeError, CollectiveTimeoutError, PartialState, env_vars
+from accel_state.collective_header import (
+    EXCHANGE_BYTES,
+    FIXED_FIELDS,
+    HEADER_BYTES,
+    HEADER_LENGTH,
+    INLINE_BYTES,
+    MAGIC,
+    NO_PAYLOAD,
+    OUT_OF_RANGE,
+    PAYLOAD_FIELD,
+    SIZE_CAPACITY,
+    carried_sizes,
+    describe,
+    describe_object,
+    encode,
+    exchange_tensor,
+    headers_agree,
+    payload_layout,
+    payload_lengths,
+    tensor_bytes,
+    unpack_gathered,
+    unpack_one,
+)
+from accel_state.nested import tensor_leaves
+from accel_state.shape_check import agree_across_ranks, mismatch_message
+from accel_state.timeouts import named_collective
+
+
+def header(data, operation="gather", **kwargs):
+    return encode(describe(operation, data, **kwargs))
+
+
+def agree(*headers):
+    return headers_agree(list(headers))
+
+
+def test_header_has_a_fixed_length_whatever_the_input():
+    inputs = [torch.ones(3), {"a": [torch.ones(2, 2)] * 100}, [], "text", {"k": torch.ones(1), "n": 3}]
+    for data in inputs:
+        values = header(data)
+        assert len(values) == HEADER_LENGTH
+        assert values[0] == MAGIC
+        assert all(-(2**63) <= v < 2**63 for v in values)  # fits an int64 tensor
+    assert torch.tensor(header(torch.ones(1)), dtype=torch.int64).shape == (HEADER_LENGTH,)
+
+
+def test_equal_inputs_give_equal_headers():
+    make = lambda: {"x": torch.zeros(4, 3), "y": (torch.ones(2, dtype=torch.int64), [torch.ones(())])}  # noqa: E731
+    assert header(make()) == header(make())
+    assert agree(header(torch.zeros(2, 3)), header(torch.ones(2, 3)))  # values never matter
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs"),
+    [
+        (torch.ones(2, 3), torch.ones(3, 2)),  # same number of elements
+        (torch.ones(2, 5), torch.ones(3, 5)),
+        (torch.ones(2, 3), torch.ones(2, 3, dtype=torch.int64)),
+        (torch.ones(4), torch.ones(4, dtype=torch.float64)),
+        (torch.ones(6), torch.ones(2, 3)),
+        (torch.ones(()), torch.ones(1)),
+        ({"a": torch.ones(2), "b": torch.ones(2)}, {"a": torch.ones(2)}),
+        ({"a": torch.ones(2), "b": torch.ones(3)}, {"b": torch.ones(3), "a": torch.ones(2)}),  # key order
+        ({"a": torch.ones(2)}, {"b": torch.ones(2)}),
+        ([torch.ones(2), torch.ones(2)], (torch.ones(2), torch.ones(2))),
+        ([torch.ones(2)], [[torch.ones(2)]]),
+        ([torch.ones(2)], [torch.ones(2), torch.ones(2)]),
+        ({"a": torch.ones(2)}, {"a": 1}),  # a non-tensor leaf on one rank
+    ],
+)
+def test_any_difference_of_shape_dtype_or_structure_changes_the_header(ours, theirs):
+    assert not agree(header(ours), header(theirs))
+
+
+def test_operation_and_arguments_are_part_of_the_header():
+    tensor = torch.ones(2)
+    assert not agree(header(tensor, "gather"), header(tensor, "reduce"))
+    assert not agree(
+        header(tensor, "broadcast", arguments="from_process=0"),
+        header(tensor, "broadcast", arguments="from_process=1"),
+    )
+    assert not agree(
+        encode(describe_object("gather_object")), encode(describe_object("broadcast_object_list"))
+    )
+    assert not agree(
+        encode(describe_object("broadcast_object_list", "items=3")),
+        encode(describe_object("broadcast_object_list", "items=2")),
+    )
+
+
+def test_a_rank_that_cannot_take_part_changes_the_header():
+    fine = encode(describe_object("gather_object"))
+    broken = encode(describe_object("gather_object", problem="cannot send its object"))
+    assert not agree(fine, broken)
+
+
+def test_a_header_without_the_magic_value_never_agrees():
+    values = header(torch.ones(2))
+    other = list(values)
+    other[0] = 0
+    assert not agree(other, other)
+
+
+def test_the_size_dim_may_differ_and_its_sizes_travel_in_the_header():
+    ours = header(torch.ones(2, 3), "pad_across_processes", arguments="dim=1", size_dim=1)
+    theirs = header(torch.ones(2, 5), "pad_across_processes", arguments="dim=1", size_dim=1)
+    assert agree(ours, theirs)
+    assert carried_sizes([ours, theirs]) == [[3, 5]]
+    # The other dims and the number of dims may not differ.
+    wider = header(torch.ones(4, 3), "pad_across_processes", arguments="dim=1", size_dim=1)
+    flat = header(torch.ones(2), "pad_across_processes", arguments="dim=1", size_dim=1)
+    assert not agree(ours, wider)
+    assert not agree(ours, flat)
+
+
+def test_negative_size_dim_and_tensors_without_that_dim():
+    data = {"a": torch.ones(2, 7), "b": torch.ones(3)}
+    values = header(data, size_dim=-2)
+    assert values[3:5] == [2, 2]  # two tensors, both sizes carried
+    assert values[FIXED_FIELDS : FIXED_FIELDS + 2] == [2, OUT_OF_RANGE]
+    assert carried_sizes([values, values]) == [[2, 2], [OUT_OF_RANGE, OUT_OF_RANGE]]
+
+
+def test_sizes_of_more_tensors_than_the_header_holds_are_not_carried():
+    many = [torch.ones(i + 1) for i in range(SIZE_CAPACITY + 1)]
+    values = header(many, size_dim=0)
+    assert carried_sizes([values, values]) is None
+    fits = header(many[:SIZE_CAPACITY], size_dim=0)
+    assert carried_sizes([fits, fits]) == [[i + 1, i + 1] for i in range(SIZE_CAPACITY)]
+
+
+def test_payload_length_is_carried_but_not_compared():
+    description = describe_object("gather_object")
+    ours, theirs = encode(description, 120), encode(description, NO_PAYLOAD)
+    assert agree(ours, theirs)  # pickled objects differ in length between ranks
+    assert payload_lengths([ours, theirs]) == [120, NO_PAYLOAD]
+
+
+def test_tensors_are_described_in_the_order_recursively_apply_visits_them():
+    Pair = namedtuple("Pair", "left right")
+
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+        extra: dict
+
+    data = Batch(torch.ones(1), {"p": Pair(torch.ones(2), [torch.ones(3)]), "q": (torch.ones(4, 1),)})
+    shapes = [shape for _, _, shape in describe("gather", data).tensors]
+    assert shapes == [tuple(t.shape) for t in tensor_leaves(data)]
+    assert describe("gather", data).structure.count("\x00") == 4
+
+
+def test_digests_are_the_same_in_every_process():
+    # Python's str hash differs per process (PYTHONHASHSEED); the header holds BLAKE2b digests instead.
+    expected = int.from_bytes(
+        hashlib.blake2b(b"broadcast(from_process=0)", digest_size=8).digest(), "little", signed=True
+    )
+    assert header(torch.ones(2), "broadcast", arguments="from_process=0")[1] == expected
+
+
+def test_message_names_each_rank_shape():
+    per_rank = [describe("gather", torch.ones(2, 5)), describe("gather", torch.ones(3, 5))]
+    assert (
+        mismatch_message(per_rank)
+        == "gather: tensors differ in shape across ranks: rank 0: (2, 5), rank 1: (3, 5)"
+    )
+
+
+def test_message_names_each_rank_dtype():
+    per_rank = [describe("reduce", torch.ones(4)), describe("reduce", torch.ones(4, dtype=torch.float64))]
+    message = mismatch_message(per_rank)
+    assert "differ in dtype across ranks" in message
+    assert "rank 0: (4,) float32, rank 1: (4,) float64" in message
+
+
+def test_message_names_each_rank_structure_with_shapes_in_place():
+    per_rank = [
+        describe("gather", {"a": torch.ones(2), "b": [torch.ones(3)]}),
+        describe("gather", {"a": torch.ones(2)}),
+    ]
+    message = mismatch_message(per_rank)
+    assert "structure" in message
+    assert "rank 0: dict{'a': (2,), 'b': list[(3,)]}, rank 1: dict{'a': (2,)}" in message
+
+
+def test_message_names_different_operations_arguments_and_problems():
+    ones = torch.ones(2)
+    assert "rank 0: gather, rank 1: reduce" in mismatch_message(
+        [describe("gather", ones), describe("reduce", ones)]
+    )
+    arguments = [describe("broadcast", ones, arguments=f"from_process={r}") for r in range(2)]
+    assert "rank 0: from_process=0, rank 1: from_process=1" in mismatch_message(arguments)
+    problem = [
+        describe_object("gather_object", problem="cannot send its object: it does not pickle"),
+        describe_object("gather_object"),
+    ]
+    assert mismatch_message(problem) == "gather_object: rank 0 cannot send its object: it does not pickle"
+
+
+def test_message_for_a_size_dim_says_which_dim_may_differ():
+    per_rank = [
+        describe("pad_across_processes", t, arguments="dim=1", size_dim=1)
+        for t in (torch.ones(2, 3), torch.ones(2))
+    ]
+    message = mismatch_message(per_rank)
+    assert "only dim 1 may differ" in message
+    assert "rank 0: (2, 3), rank 1: (2,)" in message
+
+
+def test_message_lists_only_differing_tensors_of_a_large_input():
+    ours = [torch.ones(2)] * 20
+    theirs = [torch.ones(2)] * 19 + [torch.ones(3)]
+    message = mismatch_message([describe("gather", ours), describe("gather", theirs)])
+    assert "rank 0: tensor 19: (2,), rank 1: tensor 19: (3,)" in message
+
+
+def test_shape_errors_are_never_reported_as_timeouts():
+    # A user's dict key may be called "timeout"; the error must still be a CollectiveShapeError.
+    with pytest.raises(CollectiveShapeError), named_collective("gather"):
+        raise CollectiveShapeError(
+            "gather: inputs differ in structure across ranks: rank 0: dict{'timeout': (1,)}"
+        )
+    with pytest.raises(CollectiveTimeoutError), named_collective("gather"):
+        raise RuntimeError("Timed out waiting 3000ms for recv operation to complete")
+
+
+# Payloads: inputs of at most INLINE_BYTES travel in the header exchange itself.
+
+CPU = torch.device("cpu")
+
+
+def payload_table(*tensor_lists):
+    """Return the payloads an all_gather of each rank's exchange gives, and rank 0's offsets."""
+    exchanges = [exchange_tensor(describe("gather", ts), CPU, tensor_bytes(ts, CPU)) for ts in tensor_lists]
+    table = torch.stack([exchange for exchange, _ in exchanges])
+    assert table.shape == (len(tensor_lists), EXCHANGE_BYTES)
+    return table[:, HEADER_BYTES:], exchanges[0][1]
+
+
+def test_small_tensors_of_any_dtype_round_trip_through_the_payload():
+    ours = [torch.arange(6.0).reshape(2, 3), torch.tensor(7), torch.tensor([True, False]), torch.ones(0, 4)]
+    theirs = [torch.full((2, 3), -1.0), torch.tensor(8), torch.tensor([False, True]), torch.ones(0, 4)]
+    payloads, offsets = payload_table(ours, theirs)
+    assert len(offsets) == 4 and all(o % 16 == 0 for o in offsets)
+    for a, b, offset in zip(ours, theirs, offsets, strict=True):
+        expected = torch.cat([a.reshape(-1, *a.shape[1:]), b.reshape(-1, *b.shape[1:])])
+        gathered = unpack_gathered(payloads, offset, a)
+        assert gathered.dtype == a.dtype and torch.equal(gathered, expected)
+        assert torch.equal(unpack_one(payloads, 1, offset, a), b)
+
+
+def test_views_conjugates_and_tensors_requiring_grad_are_sent_by_value():
+    base = torch.arange(12.0).reshape(3, 4)
+    complex_view = torch.tensor([1 + 2j, 3 - 1j]).conj()
+    weight = torch.ones(3, requires_grad=True)
+    payloads, offsets = payload_table([base.t(), complex_view, weight])
+    assert torch.equal(unpack_one(payloads, 0, offsets[0], base.t()), base.t())
+    assert torch.equal(unpack_one(payloads, 0, offsets[1], complex_view), complex_view.resolve_conj())
+    assert torch.equal(unpack_one(payloads, 0, offsets[2], weight), weight.detach())
+
+
+def test_inputs_too_large_or_on_another_device_type_do_not_travel_inline():
+    def travels(tensors):
+        pieces = tensor_bytes(tensors, CPU)
+        return pieces is not None and payload_layout([p.numel() for p in pieces]) is not None
+
+    assert travels([torch.ones(INLINE_BYTES // 4)])
+    assert not travels([torch.ones(INLINE_BYTES // 4 + 1)])
+    assert not travels([torch.ones(2), torch.ones(INLINE_BYTES // 4)])  # alignment leaves no room
+    assert not travels([])
+    assert tensor_bytes([torch.ones(2, device="meta")], CPU) is None
+    exchange, offsets = exchange_tensor(
+        describe("gather", torch.ones(2000)), CPU, tensor_bytes([torch.ones(2000)], CPU)
+    )
+    assert offsets == [] and exchange.numel() == EXCHANGE_BYTES
+    assert exchange[:HEADER_BYTES].view(torch.int64)[PAYLOAD_FIELD].item() == NO_PAYLOAD
+
+
+class TwoRanks:
+    """The state of rank 0 of 2, whose peer (rank 1) sends `peer` and `peer_pieces`."""
+
+    def __init__(self, peer, peer_pieces=None):
+        self.num_processes, self.device = 2, CPU
+        self.communicator = self
+        self.peer, self.peer_pieces = peer, peer_pieces
+        self.object_exchanges = 0
+
+    def all_gather_into(self, out, tensor):
+        out.copy_(torch.cat([tensor, exchange_tensor(self.peer, CPU, self.peer_pieces)[0]]))
+
+    def all_gather_object(self, obj, world_size):
+        self.object_exchanges += 1
+        return [obj, self.peer]
+
+
+def test_agreement_returns_every_rank_sizes_and_payloads():
+    ours = describe("pad_across_processes", torch.ones(2, 3), arguments="dim=1", size_dim=1)
+    theirs = describe("pad_across_processes", torch.ones(2, 5), arguments="dim=1", size_dim=1)
+    state = TwoRanks(theirs, [torch.arange(16, dtype=torch.uint8)])
+    agreement = agree_across_ranks(state, ours, pieces=[torch.ones(3, dtype=torch.uint8)])
+    assert agreement.sizes == [[3, 5]]
+    assert agreement.payload_lengths == [3, 16] and agreement.all_inline()
+    assert agreement.payloads[1, :16].tolist() == list(range(16))
+    assert agreement.payloads[0, :3].tolist() == [1, 1, 1]
+    assert state.object_exchanges == 0  # the check costs one all_gather when the ranks agree
+
+
+def test_a_mismatch_raises_naming_each_rank_after_one_exchange_of_descriptions():
+    state = TwoRanks(describe("gather", torch.ones(3, 5)))
+    with pytest.raises(CollectiveShapeError, match=r"rank 0: \(2, 5\), rank 1: \(3, 5\)"):
+        agree_across_ranks(state, describe("gather", torch.ones(2, 5)))
+    assert state.object_exchanges == 1
+
+
+def test_full_comparison_exchanges_descriptions_on_every_call():
+    state = TwoRanks(describe("gather", torch.ones(2, 5)))
+    agreement = agree_across_ranks(state, describe("gather", torch.ones(2, 5)), full=True)
+    assert state.object_exchanges == 1
+    assert not agreement.all_inline()
+
+
+@pytest.mark.parametrize(
+    ("raw", "debug", "checked"),
+    [(None, None, True), ("", None, True), ("1", None, True), ("0", None, False), ("0", "1", True)],
+)
+def test_check_collectives_is_on_unless_set_to_false_and_debug_mode_always_checks(
+    monkeypatch, raw, debug, checked
+):
+    for name, value in ((env_vars.CHECK_COLLECTIVES, raw), (env_vars.DEBUG_MODE, debug)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert PartialState().check_collectives is checked
