@@ -11,24 +11,12 @@ pytestmark = pytest.mark.slow
 
 
 def train(batch_size, accumulation_steps, zero_grad_first):
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from accel import Accelerator, set_seed
-    from accel.testing import train_steps
+    from accel import Accelerator
+    from accel.testing import train_small_regression
 
     accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
-    set_seed(3)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(96, 4, generator=generator)
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    for _ in range(2):
-        train_steps(accelerator, model, optimizer, loader, zero_grad_first=zero_grad_first)
-    return {k: v.tolist() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+    model, _ = train_small_regression(accelerator, batch_size, epochs=2, zero_grad_first=zero_grad_first)
+    return {k: v.tolist() for k, v in model.state_dict().items()}
 
 
 @pytest.mark.parametrize("zero_grad_first", [True, False], ids=["zero_grad-first", "zero_grad-after-step"])

@@ -9,26 +9,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator, set_seed
-from accel.testing import regression_loss, train_steps
+from accel import Accelerator
+from accel.testing import train_small_regression
 
 
 def _train(batch_size, accumulation_steps, zero_grad_first, epochs=3):
     accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
-    set_seed(3)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(96, 4, generator=generator)
-    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    for _ in range(epochs):
-        train_steps(accelerator, model, optimizer, loader, zero_grad_first=zero_grad_first)
-    final_loss = regression_loss(model, (x, y)).item()
-    return accelerator.unwrap_model(model).state_dict(), final_loss
+    model, final_loss = train_small_regression(
+        accelerator, batch_size, epochs=epochs, zero_grad_first=zero_grad_first
+    )
+    return model.state_dict(), final_loss
 
 
 @pytest.mark.parametrize("zero_grad_first", [True, False], ids=["zero_grad-first", "zero_grad-after-step"])

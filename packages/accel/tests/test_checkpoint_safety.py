@@ -27,18 +27,8 @@ from accel.checkpoint_registry import registry_of
 from accel.checkpointing import load_state, save_state
 from accel.content_digest import content_digest
 from accel.project_config import ProjectConfiguration
+from accel.testing import Counter
 from accel.weight_files import save_model
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.value = 0
-
-    def state_dict(self):
-        return {"value": self.value}
-
-    def load_state_dict(self, state):
-        self.value = state["value"]
 
 
 def _setup(width=8):

@@ -25,19 +25,8 @@ from accel.checkpoint_naming import list_checkpoints
 from accel.checkpoint_registry import registry_of
 from accel.checkpointing import load_state, save_state
 from accel.project_config import ProjectConfiguration
-from accel.testing import train_steps
+from accel.testing import Counter, train_steps
 from accel.weight_files import parse_size, save_model
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.value = 0
-
-    def state_dict(self):
-        return {"value": self.value}
-
-    def load_state_dict(self, state):
-        self.value = state["value"]
 
 
 def _setup(mixed_precision="no", project=None, accumulation=1):

@@ -56,3 +56,43 @@ def train_steps(
                 optimizer.zero_grad()
             steps.append(Step(loss.item(), accelerator.sync_gradients))
     return steps
+
+
+def train_small_regression(
+    accelerator: Accelerator, batch_size: int, *, epochs: int, zero_grad_first: bool = False
+) -> tuple[torch.nn.Module, float]:
+    """Train a fixed small MLP on fixed data (96 samples, shuffled, SGD with momentum) through
+    `accelerator`; return the user's module and its final loss over the whole data.
+
+    Runs that see the same samples per optimizer step (one process with batch 32, accumulation
+    over 4 batches of 8, or 2 ranks with batch 4 and 4 steps) end with the same weights.
+    """
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from accel_state import set_seed
+
+    set_seed(3)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(96, 4, generator=generator)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for _ in range(epochs):
+        train_steps(accelerator, model, optimizer, loader, zero_grad_first=zero_grad_first)
+    final_loss = regression_loss(model, (x.to(accelerator.device), y.to(accelerator.device))).item()
+    return accelerator.unwrap_model(model), final_loss
+
+
+class Counter:
+    """A registered checkpoint object: a number with `state_dict`/`load_state_dict`."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.value = state["value"]
