@@ -225,3 +225,52 @@ def test_rng_types_on_one_process_leave_generators_as_a_plain_loader_does():
     torch.manual_seed(3)
     list(prepare_data_loader(DataLoader(_dataset(4), batch_size=2), rng_types=["torch", "python"]))
     assert torch.equal(torch.rand(1), expected)
+
+
+class _ListIndexed(Dataset):
+    """Answers a list of indices with one batch, as Hugging Face datasets do."""
+
+    def __init__(self, length):
+        self.data = torch.arange(length)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        return {"x": self.data[index]}
+
+
+def _batch_sampler_as_sampler(length=16, shuffle=True):
+    dataset = _ListIndexed(length)
+    order = RandomSampler(dataset) if shuffle else range(length)
+    return DataLoader(dataset, sampler=BatchSampler(order, batch_size=4, drop_last=False), batch_size=None)
+
+
+def test_batch_sampler_given_as_sampler_is_sharded_like_its_one_process_order():
+    one = prepare_data_loader(_batch_sampler_as_sampler(), num_processes=1, process_index=0, data_seed=5)
+    expected = [batch["x"].tolist() for batch in one]
+    assert sorted(i for batch in expected for i in batch) == list(range(16))
+    assert all(len(batch) == 4 for batch in expected)
+    ranks = _ranks(_batch_sampler_as_sampler, data_seed=5)
+    per_rank = [[batch["x"].tolist() for batch in loader] for loader in ranks]
+    assert [len(loader) for loader in ranks] == [2, 2]
+    assert [batch for step in zip(*per_rank, strict=True) for batch in step] == expected
+
+
+def test_batch_sampler_given_as_sampler_keeps_epochs_and_skips():
+    from accel_data import skip_first_batches
+
+    loader = prepare_data_loader(_batch_sampler_as_sampler(), num_processes=2, process_index=1, data_seed=5)
+    epoch0 = [batch["x"].tolist() for batch in loader]
+    epoch1 = [batch["x"].tolist() for batch in loader]
+    assert epoch0 != epoch1  # the loader moved the shuffle on to epoch 1
+    loader.set_epoch(1)
+    assert [batch["x"].tolist() for batch in skip_first_batches(loader, 1)] == epoch1[1:]
+
+
+def test_batch_sampler_given_as_sampler_without_shuffle_is_split_by_rank():
+    ranks = _ranks(lambda: _batch_sampler_as_sampler(shuffle=False))
+    assert [[batch["x"].tolist() for batch in loader] for loader in ranks] == [
+        [[0, 1, 2, 3], [8, 9, 10, 11]],
+        [[4, 5, 6, 7], [12, 13, 14, 15]],
+    ]

@@ -63,3 +63,40 @@ def test_num_samples_smaller_than_data_is_a_prefix():
 def test_non_positive_num_samples_is_an_error():
     with pytest.raises(ValueError, match="num_samples"):
         SeedableRandomSampler(range(3), num_samples=0)
+
+
+def test_accelerates_constructor_is_accepted():
+    from torch.utils.data import RandomSampler
+
+    sampler = SeedableRandomSampler(
+        data_source=range(20), replacement=False, num_samples=None, generator=torch.Generator(), data_seed=7
+    )
+    assert isinstance(sampler, RandomSampler)
+    assert sampler.initial_seed == 7 and sampler.generator is not None
+    assert list(sampler) == list(SeedableRandomSampler(range(20), seed=7))
+    positional = SeedableRandomSampler(range(5), True, 12, None, 7)
+    assert positional.replacement and len(list(positional)) == 12
+
+
+def test_without_a_seed_it_takes_the_generators_or_torchs_initial_seed():
+    generator = torch.Generator()
+    generator.manual_seed(11)
+    assert SeedableRandomSampler(range(20), generator=generator).seed == 11
+    torch.manual_seed(5)
+    assert SeedableRandomSampler(range(20)).seed == 5
+
+
+def test_seed_and_data_seed_must_agree():
+    with pytest.raises(ValueError, match="disagree"):
+        SeedableRandomSampler(range(3), data_seed=1, seed=2)
+
+
+def test_a_user_built_sampler_keeps_its_seed_when_prepared():
+    from torch.utils.data import DataLoader
+
+    from accel_data import prepare_data_loader
+
+    sampler = SeedableRandomSampler(range(16), data_seed=3)
+    loader = prepare_data_loader(DataLoader(range(16), sampler=sampler, batch_size=4), data_seed=99)
+    drawn = [int(i) for batch in loader for i in batch]
+    assert drawn == list(SeedableRandomSampler(range(16), data_seed=3))

@@ -51,6 +51,24 @@ def test_notebook_launcher_names_the_failing_rank():
         notebook_launcher(fail_on_rank_one, num_processes=2)
 
 
+@pytest.mark.slow
+def test_a_failed_notebook_job_is_torchs_child_failed_error():
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    with pytest.raises(ChildFailedError, match="rank 1 of 2 failed") as caught:
+        notebook_launcher(fail_on_rank_one, num_processes=2, rdzv_backend="c10d")
+    assert isinstance(caught.value, NotebookLaunchError)
+    assert list(caught.value.failures) == [1]
+    assert caught.value.failures[1].exitcode != 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rdzv_backend", ["static", "c10d"])
+def test_accelerates_rdzv_backends_are_accepted(tmp_path, rdzv_backend):
+    results = notebook_launcher(record_rank, (str(tmp_path), 1), num_processes=2, rdzv_backend=rdzv_backend)
+    assert [r["world"] for r in results] == [[0, 1], [0, 1]]
+
+
 def test_notebook_launcher_refuses_after_cuda_was_initialised(monkeypatch):
     import torch
 
@@ -66,6 +84,7 @@ def test_notebook_launcher_refuses_after_cuda_was_initialised(monkeypatch):
         ({"mixed_precision": "fp8"}, "mixed_precision must be one of no, fp16, bf16, got 'fp8'"),
         ({"use_port": "abc"}, "use_port must be a port number in \\[1, 65535\\], got 'abc'"),
         ({"use_port": 70000}, "use_port must be a port number"),
+        ({"rdzv_backend": "etcd"}, "rdzv_backend must be one of static, c10d .*, got 'etcd'"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_starts(arguments, message):

@@ -72,3 +72,14 @@ def test_unknown_attribute_raises_attribute_error():
     state = AcceleratorState()
     with pytest.raises(AttributeError):
         _ = state.no_such_fact
+
+
+def test_a_state_used_after_reset_says_it_was_reset():
+    from accel_state import StateResetError
+
+    state = AcceleratorState()
+    AcceleratorState._reset_state()
+    with pytest.raises(StateResetError, match=r"state was reset \(AcceleratorState._reset_state\(\)\)"):
+        _ = state.device
+    with pytest.raises(StateResetError, match="'mixed_precision'"):
+        _ = state.mixed_precision

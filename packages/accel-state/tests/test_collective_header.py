@@ -324,6 +324,15 @@ def test_a_mismatch_raises_naming_each_rank_after_one_exchange_of_descriptions()
     assert state.object_exchanges == 1
 
 
+def test_a_mismatch_is_catchable_under_accelerates_name():
+    from accel_state import DistributedOperationException
+
+    state = TwoRanks(describe("gather", torch.ones(3, 5)))
+    with pytest.raises(DistributedOperationException, match=r"rank 1: \(3, 5\)"):
+        agree_across_ranks(state, describe("gather", torch.ones(2, 5)))
+    assert issubclass(CollectiveShapeError, RuntimeError)  # still a CollectiveError too
+
+
 def test_full_comparison_exchanges_descriptions_on_every_call():
     state = TwoRanks(describe("gather", torch.ones(2, 5)))
     agreement = agree_across_ranks(state, describe("gather", torch.ones(2, 5)), full=True)

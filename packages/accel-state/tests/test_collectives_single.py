@@ -70,9 +70,17 @@ def test_reduce_applies_scale_to_every_tensor():
     assert out["b"][0].item() == 1.5
 
 
+def test_reduce_max_and_min_on_one_process_are_detached_copies():
+    tensor = torch.tensor([1.0, 2.0], requires_grad=True)
+    for reduction in ("max", "min"):
+        out = reduce(tensor, reduction=reduction)
+        assert out.tolist() == [1.0, 2.0]
+        assert not out.requires_grad
+
+
 def test_reduce_rejects_an_unknown_reduction():
-    with pytest.raises(ValueError, match="'max'"):
-        reduce(torch.ones(1), reduction="max")
+    with pytest.raises(ValueError, match="'product'"):
+        reduce(torch.ones(1), reduction="product")
 
 
 def test_reduce_rejects_non_tensor_leaves():

@@ -296,3 +296,14 @@ def test_scheduler_follows_the_optimizer_through_the_accelerator():
         optimizer.step()
         scheduler.step()
     assert scheduler.get_last_lr() == [pytest.approx(0.05)]
+
+
+def test_an_accelerator_used_after_its_state_was_reset_says_so():
+    from accel import AcceleratorState
+
+    accelerator = Accelerator(cpu=True)
+    AcceleratorState._reset_state()
+    with pytest.raises(RuntimeError, match="state was reset.*build a new Accelerator"):
+        _ = accelerator.device
+    with pytest.raises(RuntimeError, match="state was reset"):
+        accelerator.wait_for_everyone()

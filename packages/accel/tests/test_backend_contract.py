@@ -82,6 +82,10 @@ class RecordingBackend:
         self.calls.append(("no_sync", model))
         return contextlib.nullcontext()
 
+    def trigger_sync_in_backward(self, model):
+        self.calls.append(("trigger_sync_in_backward", model))
+        return contextlib.nullcontext()
+
     def join(self, joinables):
         self.calls.append(("join", joinables))
         return contextlib.nullcontext()
@@ -286,3 +290,14 @@ def test_save_and_load_state_let_the_backend_keep_what_it_saves_itself(recording
     assert "load_state_dict" not in backend.names()  # the generic code loaded no model
     assert torch.equal(model.module.weight, saved_weight)
     assert scheduler.scheduler.last_epoch == 1
+
+
+def test_trigger_sync_in_backward_goes_through_the_backend(recording):
+    accelerator = Accelerator()
+    backend = RecordingBackend.instances[0]
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    backend.calls.clear()
+    with accelerator.no_sync(model), accelerator.trigger_sync_in_backward(model):
+        accelerator.backward(model(torch.ones(1, 2)).sum())
+    assert backend.names() == ["no_sync", "trigger_sync_in_backward", "backward"]
+    assert backend.calls[1][1] is model

@@ -37,14 +37,21 @@ def convert_to_fp32(data: Any) -> Any:
 class _AutocastForward:
     """The forward of a wrapped model: the original under autocast, outputs cast back to fp32."""
 
-    def __init__(self, function: Any, device_type: str, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        function: Any,
+        device_type: str,
+        dtype: torch.dtype,
+        autocast_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.function = function
         self.device_type = device_type
         self.dtype = dtype
+        self.autocast_kwargs = dict(autocast_kwargs or {})
         functools.update_wrapper(self, function)
 
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        with torch.autocast(device_type=self.device_type, dtype=self.dtype):
+        with torch.autocast(device_type=self.device_type, dtype=self.dtype, **self.autocast_kwargs):
             outputs = self.function(module, *args, **kwargs)
         return convert_to_fp32(outputs)
 
@@ -54,17 +61,31 @@ class PrecisionPolicy(FullPrecision):
 
     mode = "no"
     autocast_dtype: torch.dtype | None = None
+    scales_loss = False  # takes GradScaler arguments
 
-    def __init__(self, device: torch.device, scaler: torch.amp.GradScaler | None = None) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        scaler: torch.amp.GradScaler | None = None,
+        autocast_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """`autocast_kwargs` (`enabled`, `cache_enabled`: Accelerate's `AutocastKwargs`) apply to
+        the model's forward and to `autocast()` alike."""
         self.device = torch.device(device)
         self.scaler = scaler
         self.loss_scaler = LossScaler(scaler)
+        self.autocast_kwargs = dict(autocast_kwargs or {})
 
     def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
-        """Return the context that runs ops in this policy's low precision."""
+        """Return the context that runs ops in this policy's low precision.
+
+        Keyword arguments override the policy's own `autocast_kwargs` for this context.
+        """
+        settings = {**self.autocast_kwargs, **autocast_kwargs}
+        enabled = enabled and settings.pop("enabled", True)
         if self.autocast_dtype is None or not enabled:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, **autocast_kwargs)
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, **settings)
 
     def wrap_forward(self, model: torch.nn.Module) -> torch.nn.Module:
         """Make `model.forward` run under autocast and return fp32 outputs; idempotent."""
@@ -80,7 +101,9 @@ class PrecisionPolicy(FullPrecision):
 
         model.__dict__[_ORIGINAL_FORWARD] = model.__dict__.get("forward", _CLASS_FORWARD)
         # A method bound to the model (not a closure over it), so copy.deepcopy rebinds it to the copy.
-        autocast_forward = _AutocastForward(function, self.device.type, self.autocast_dtype)
+        autocast_forward = _AutocastForward(
+            function, self.device.type, self.autocast_dtype, self.autocast_kwargs
+        )
         model.forward = types.MethodType(autocast_forward, model)
         return model
 
@@ -121,10 +144,14 @@ class Fp16Policy(PrecisionPolicy):
 
     mode = "fp16"
     autocast_dtype = torch.float16
+    scales_loss = True
 
-    def __init__(self, device: torch.device, **scaler_kwargs: Any) -> None:
+    def __init__(
+        self, device: torch.device, autocast_kwargs: dict[str, Any] | None = None, **scaler_kwargs: Any
+    ) -> None:
+        """`scaler_kwargs` go to `torch.amp.GradScaler` (Accelerate's `GradScalerKwargs`)."""
         device = torch.device(device)
-        super().__init__(device, torch.amp.GradScaler(device.type, **scaler_kwargs))
+        super().__init__(device, torch.amp.GradScaler(device.type, **scaler_kwargs), autocast_kwargs)
 
 
 _POLICIES: dict[str, type[PrecisionPolicy]] = {
@@ -134,10 +161,24 @@ _POLICIES: dict[str, type[PrecisionPolicy]] = {
 }
 
 
-def precision_policy(mode: str, device: torch.device, **kwargs: Any) -> PrecisionPolicy:
-    """Return the policy object for mixed-precision `mode` ("no", "bf16" or "fp16")."""
+def precision_policy(
+    mode: str,
+    device: torch.device,
+    *,
+    autocast_kwargs: dict[str, Any] | None = None,
+    scaler_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> PrecisionPolicy:
+    """Return the policy object for mixed-precision `mode` ("no", "bf16" or "fp16").
+
+    `autocast_kwargs` reach every policy's autocast; `scaler_kwargs` reach the loss scaler of a
+    policy that scales (fp16) and are ignored by the others, as Accelerate ignores `GradScalerKwargs`
+    outside fp16. Other keyword arguments go to the policy's class as they are.
+    """
     try:
         policy_class = _POLICIES[mode]
     except KeyError:
         raise ValueError(f"mixed_precision {mode!r} is not one of {sorted(_POLICIES)}") from None
-    return policy_class(device, **kwargs)
+    if policy_class.scales_loss:
+        kwargs = {**(scaler_kwargs or {}), **kwargs}
+    return policy_class(device, autocast_kwargs=autocast_kwargs, **kwargs)

@@ -33,6 +33,10 @@ class AcceleratedScheduler:
             self.scheduler.step(*args, **kwargs)
             return
         if not self.gradient_state.sync_gradients:
+            if self.gradient_state.adjust_scheduler and hasattr(self.scheduler, "_step_count"):
+                # Counts the call, as Accelerate does, so torch does not warn that the scheduler
+                # stepped before the optimizer on accumulation steps.
+                self.scheduler._step_count += 1
             return
         if any(getattr(opt, "step_was_skipped", False) for opt in self.optimizers):
             return

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from accel_data.rng_sync import synchronize_rng_states
 from accel_data.skip_batch_sampler import SkipBatchSampler
@@ -84,6 +84,17 @@ class DataLoaderShard(DataLoader):
         return self.total_dataset_length % self.global_batch_size or self.global_batch_size
 
     @property
+    def index_batches(self) -> Any:
+        """Return what yields this loader's lists of indices, or None when nothing does.
+
+        That is its batch_sampler or, with batch_size=None, a BatchSampler given as its sampler:
+        each list it yields is then fetched as one batch (`dataset[list]`).
+        """
+        if self.batch_sampler is not None:
+            return self.batch_sampler
+        return self.sampler if isinstance(self.sampler, BatchSampler) else None
+
+    @property
     def total_batch_size(self) -> int | None:
         """Samples consumed per step across all processes."""
         return self.global_batch_size
@@ -122,7 +133,8 @@ class DataLoaderShard(DataLoader):
         self._forward_epoch()
 
     def _forward_epoch(self) -> None:
-        for holder in (self.batch_sampler, getattr(self.batch_sampler, "batch_sampler", None)):
+        batches = self.index_batches
+        for holder in (batches, getattr(batches, "batch_sampler", None)):
             sampler: Any = getattr(holder, "sampler", None)
             if hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(self.epoch)
@@ -218,7 +230,7 @@ class DataLoaderShard(DataLoader):
     def _batches(self, skip: int) -> Iterator[Any]:
         if not skip:
             return super().__iter__()
-        batch_sampler = self.batch_sampler
+        batch_sampler = self.index_batches
         if isinstance(self.dataset, IterableDataset) or batch_sampler is None:
             # A stream, or a loader without batches, has no batch index to jump to: fast-forward,
             # which loads the skipped batches.
@@ -226,7 +238,8 @@ class DataLoaderShard(DataLoader):
             next(itertools.islice(batches, skip, skip), None)
             return batches
         arguments = {**self._rebuild_arguments(), "persistent_workers": False}
-        arguments["batch_sampler"] = SkipBatchSampler(batch_sampler, skip)
+        skipping = SkipBatchSampler(batch_sampler, skip)
+        arguments["sampler" if self.batch_sampler is None else "batch_sampler"] = skipping
         return iter(DataLoader(self.dataset, **arguments))
 
     def _rebuild_arguments(self) -> dict[str, Any]:
@@ -235,7 +248,10 @@ class DataLoaderShard(DataLoader):
         if not isinstance(self.dataset, IterableDataset):
             for name in _BATCHING_ARGUMENTS:
                 arguments.pop(name, None)
-            arguments["batch_sampler"] = self.batch_sampler
+            if self.batch_sampler is None:  # batch_size=None: the sampler's items are whole batches
+                arguments.update(sampler=self.sampler, batch_size=None)
+            else:
+                arguments["batch_sampler"] = self.batch_sampler
         return arguments
 
     def _skipping(self, num_batches: int) -> DataLoaderShard:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -20,21 +21,26 @@ def _set_even_batches(loader: DataLoaderShard, sampler: BatchSamplerShard, even_
 def even_batches_overridden(loaders: Iterable[Any], even_batches: bool | None) -> Iterator[None]:
     """Within the block, map-style prepared loaders use `even_batches`; None leaves them as they are.
 
-    Loaders that are not sharded by index (iterable, dispatched) are refused by name, since their
-    padding is decided elsewhere.
+    Loaders that are not sharded by index (iterable, dispatched) decide their padding elsewhere:
+    as Accelerate does, they are left alone with a warning naming them.
     """
     if even_batches is None:
         yield
         return
     changed: list[tuple[DataLoaderShard, BatchSamplerShard, bool]] = []
+    left_alone: list[str] = []
     for loader in loaders:
-        sampler = getattr(loader, "batch_sampler", None)
-        if not isinstance(loader, DataLoaderShard) or not isinstance(sampler, BatchSamplerShard):
-            raise ValueError(
-                "even_batches can only be overridden on map-style prepared loaders, "
-                f"not {type(loader).__name__}"
-            )
+        sampler = loader.index_batches if isinstance(loader, DataLoaderShard) else None
+        if not isinstance(sampler, BatchSamplerShard):
+            left_alone.append(_name(loader))
+            continue
         changed.append((loader, sampler, sampler.even_batches))
+    if left_alone:
+        warnings.warn(
+            f"even_batches={even_batches} is only applied to map-style prepared loaders; "
+            f"left alone: {', '.join(left_alone)} (iterable or dispatched: they pad as prepared)",
+            stacklevel=3,
+        )
     try:
         for loader, sampler, _ in changed:
             _set_even_batches(loader, sampler, even_batches)
@@ -42,3 +48,12 @@ def even_batches_overridden(loaders: Iterable[Any], even_batches: bool | None) -
     finally:
         for loader, sampler, previous in changed:
             _set_even_batches(loader, sampler, previous)
+
+
+def _name(loader: Any) -> str:
+    dataset = getattr(loader, "dataset", None)
+    return (
+        f"{type(loader).__name__} over {type(dataset).__name__}"
+        if dataset is not None
+        else type(loader).__name__
+    )

@@ -15,6 +15,7 @@ from accel_data.iterable_shard import IterableDataLoaderShard, IterableDatasetSh
 from accel_data.loader_arguments import kept_arguments
 from accel_data.rng_sync import validate_rng_types
 from accel_data.seedable_sampler import SeedableRandomSampler
+from accel_data.stateful_loader import stateful_shard_class
 from accel_state import PartialState, broadcast_object_list
 
 # The attribute by which a dataset says it already yields only this rank's items.
@@ -39,8 +40,8 @@ def _agreed_seed(sampler: RandomSampler, data_seed: int | None, state: PartialSt
 
 
 def _seedable(sampler: Any, data_seed: int | None, state: PartialState) -> Any:
-    if not isinstance(sampler, RandomSampler):
-        return sampler
+    if not isinstance(sampler, RandomSampler) or isinstance(sampler, SeedableRandomSampler):
+        return sampler  # one built by the user (Accelerate's constructor) keeps its seed
     return SeedableRandomSampler(
         sampler.data_source,
         seed=_agreed_seed(sampler, data_seed, state),
@@ -54,7 +55,7 @@ def _with_seedable_sampler(
 ) -> Any:
     """Return `batch_sampler` drawing from a seedable sampler wherever it shuffled with a RandomSampler."""
     sampler = getattr(batch_sampler, "sampler", None)
-    if not enabled or not isinstance(sampler, RandomSampler):
+    if not enabled or not isinstance(sampler, RandomSampler) or isinstance(sampler, SeedableRandomSampler):
         return batch_sampler
     seedable = _seedable(sampler, data_seed, state)
     if type(batch_sampler) is BatchSampler:
@@ -107,6 +108,7 @@ def prepare_data_loader(
     non_blocking: bool = False,
     use_seedable_sampler: bool = True,
     dispatch_batches: bool | None = None,
+    use_stateful_dataloader: bool = False,
 ) -> DataLoader:
     """Return a loader that yields only this process's batches (on `device` if `put_on_device`).
 
@@ -121,6 +123,9 @@ def prepare_data_loader(
     dataset that already yields only this rank's items sets the attribute
     `accel_shards_itself = True`: every rank then iterates it as it is, unsharded, and only device
     placement and end-of-data tracking are added.
+
+    `use_stateful_dataloader` builds the loader on torchdata's `StatefulDataLoader` (see
+    `accel_data.stateful_loader`); dispatched and per-rank iterable loaders do not support it.
     """
     state = PartialState()
     num_processes = state.num_processes if num_processes is None else num_processes
@@ -137,12 +142,20 @@ def prepare_data_loader(
         synchronized_generator=dataloader.generator,
     )
     sharding = _Sharding(num_processes, process_index, split_batches, even_batches)
+    loader_class = stateful_shard_class() if use_stateful_dataloader else DataLoaderShard
     if isinstance(dataset, IterableDataset):
-        return _prepare_iterable(dataloader, state, sharding, dispatch_batches, common)
-    if dataloader.batch_sampler is None:
-        raise ShardingError("a DataLoader with batch_size=None (no automatic batching) cannot be sharded")
-
-    batch_sampler = _with_seedable_sampler(dataloader.batch_sampler, data_seed, state, use_seedable_sampler)
+        loader = _prepare_iterable(dataloader, state, sharding, dispatch_batches, common, loader_class)
+        _check_stateful(loader, use_stateful_dataloader)
+        return loader
+    # With batch_size=None, a BatchSampler given as the sampler yields whole batches (Accelerate shards it).
+    sampler_is_batches = dataloader.batch_sampler is None and isinstance(dataloader.sampler, BatchSampler)
+    if dataloader.batch_sampler is None and not sampler_is_batches:
+        raise ShardingError(
+            "a DataLoader with batch_size=None (no automatic batching) cannot be sharded unless its "
+            f"sampler is a BatchSampler; got {type(dataloader.sampler).__name__}"
+        )
+    batches = dataloader.sampler if sampler_is_batches else dataloader.batch_sampler
+    batch_sampler = _with_seedable_sampler(batches, data_seed, state, use_seedable_sampler)
     generator = _generator_to_synchronize(
         getattr(batch_sampler, "sampler", None), dataloader, data_seed, state
     )
@@ -151,7 +164,9 @@ def prepare_data_loader(
         common["rng_types"] = ["generator"]
     if dispatch_batches and num_processes > 1:
         sampler = getattr(batch_sampler, "sampler", None)
-        return _dispatcher(dataloader, state, sharding, common, sampler=sampler)
+        dispatcher = _dispatcher(dataloader, state, sharding, common, sampler=sampler)
+        _check_stateful(dispatcher, use_stateful_dataloader)
+        return dispatcher
     shard = BatchSamplerShard(
         batch_sampler,
         num_processes=num_processes,
@@ -159,15 +174,27 @@ def prepare_data_loader(
         split_batches=split_batches,
         even_batches=even_batches,
     )
-    return DataLoaderShard(
+    batching: dict[str, Any] = (
+        {"sampler": shard, "batch_size": None} if sampler_is_batches else {"batch_sampler": shard}
+    )
+    return loader_class(
         dataset,
-        batch_sampler=shard,
+        **batching,
         total_dataset_length=_sample_count(batch_sampler, dataset),
         global_batch_size=shard.global_batch_size,
         pads_last_batch=num_processes > 1 and even_batches and not shard.drop_last,
         **common,
         **kept_arguments(dataloader),
     )
+
+
+def _check_stateful(loader: DataLoader, use_stateful_dataloader: bool) -> None:
+    if use_stateful_dataloader and not isinstance(loader, stateful_shard_class()):
+        raise ShardingError(
+            f"use_stateful_dataloader=True: {type(loader.dataset).__name__} would be read through "
+            f"{type(loader).__name__}, which torchdata's StatefulDataLoader cannot drive; use a map-style "
+            "dataset, or dispatch_batches=False with a dataset that shards itself"
+        )
 
 
 def _dispatcher(
@@ -187,7 +214,7 @@ def _dispatcher(
     if dataloader.batch_size is None:
         raise ShardingError(
             f"dispatch_batches=True needs a DataLoader with a batch_size, not a custom batch_sampler "
-            f"({type(dataloader.batch_sampler).__name__})"
+            f"({type(dataloader.batch_sampler or dataloader.sampler).__name__})"
         )
     return DataLoaderDispatcher(
         dataset,
@@ -208,6 +235,7 @@ def _prepare_iterable(
     sharding: _Sharding,
     dispatch_batches: bool | None,
     common: dict[str, Any],
+    loader_class: type[DataLoaderShard] = DataLoaderShard,
 ) -> DataLoader:
     """Return the loader for an IterableDataset: unsharded, dispatched, or sharded on every rank."""
     dataset = dataloader.dataset
@@ -220,7 +248,7 @@ def _prepare_iterable(
             "rank slices of the main process's shard only; leave dispatch_batches unset"
         )
     if shards_itself or sharding.num_processes == 1:
-        return DataLoaderShard(
+        return loader_class(
             dataset, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last, **common, **kept
         )
     if dataloader.batch_size is None:

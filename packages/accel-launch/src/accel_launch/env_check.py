@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from accel_launch.config_schema import ConfigError
 from accel_state import env_vars
-from accel_state.choices import LAUNCHABLE_DISTRIBUTED_TYPES, MIXED_PRECISION_CHOICES
+from accel_state.choices import LAUNCHABLE_DISTRIBUTED_TYPES, LOG_LEVEL_CHOICES, MIXED_PRECISION_CHOICES
 
 # The words accel_state.env_vars.read_flag accepts.
 _BOOLEAN_WORDS = {"1", "true", "yes", "on", "0", "false", "no", "off"}
@@ -66,6 +66,7 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.ENABLE_CPU_AFFINITY: _boolean,
     env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend name, which torch checks when compiling
     env_vars.CHECK_COLLECTIVES: _boolean,
+    env_vars.LOG_LEVEL: _one_of(LOG_LEVEL_CHOICES),
     env_vars.LAUNCHED: _anything,  # the launcher sets it to 1 whatever it was
     env_vars.CONFIG_FILE: _anything,  # read by the launcher, whose config errors name it
     env_vars.HOME: _anything,  # likewise

@@ -3,6 +3,8 @@
 The workers are forked (they see the notebook's functions without pickling them) and watched by
 torch's elastic agent, on a static rendezvous at 127.0.0.1 and a free port (its store listening on
 loopback only when `master_addr` is a loopback address, the default). Each worker dies with this process.
+
+This module imports torch; `accel_launch` loads it only when one of its names is first used.
 """
 
 from __future__ import annotations
@@ -15,11 +17,26 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
 from accel_launch.ports import LOCALHOST, LOOPBACK_RDZV_BACKEND, endpoint, find_free_port, is_loopback
 
+# Accelerate's choices; all of them mean the same on the one machine a notebook runs on.
+RDZV_BACKENDS = ("static", "c10d")
 
-class NotebookLaunchError(RuntimeError):
-    """The function cannot be started on several processes here, or a rank failed; the message says which."""
+
+class NotebookLaunchError(ChildFailedError, RuntimeError):
+    """The function cannot be started on several processes here, or a rank failed; the message says which.
+
+    A torch `ChildFailedError`, as Accelerate's notebook_launcher raises, so code catching that
+    catches this; `failures` holds each failed rank's `ProcessFailure` (empty when nothing started).
+    """
+
+    def __init__(self, message: str, failures: dict[int, ProcessFailure] | None = None) -> None:
+        # Not ChildFailedError.__init__: it requires failures and writes its own, longer message.
+        Exception.__init__(self, message)
+        self.name = "notebook_launcher"
+        self.failures = dict(failures or {})
 
 
 def notebook_launcher(
@@ -32,14 +49,24 @@ def notebook_launcher(
     max_restarts: int = 0,
     monitor_interval: float = 0.1,
     cpu: bool | None = None,
+    rdzv_backend: str = "static",
 ) -> list[Any]:
     """Return `function(*args)` as computed on each process, ordered by rank.
 
     `num_processes` of 1 (or None on a machine without CUDA) calls `function` in this process.
     Otherwise N processes are forked, each with RANK/WORLD_SIZE/... and ACCEL_* env vars set like
     `accel launch` sets them (ACCEL_USE_CPU on a CPU-only run, ACCEL_MIXED_PRECISION).
+
+    `rdzv_backend` ("static" or "c10d", as Accelerate takes) changes nothing: the workers all run on
+    this machine, where the rendezvous described above is used whichever is named. A failed rank
+    raises NotebookLaunchError, a torch `ChildFailedError`.
     """
     _check_arguments(num_processes, mixed_precision, use_port)
+    if rdzv_backend not in RDZV_BACKENDS:
+        raise NotebookLaunchError(
+            f"rdzv_backend must be one of {', '.join(RDZV_BACKENDS)} (notebook_launcher runs on one "
+            f"machine), got {rdzv_backend!r}"
+        )
     import torch
 
     cuda = torch.cuda.is_available() and not cpu
@@ -115,7 +142,6 @@ def _launch(
     from accel_launch.runner import quiet_agent_logs
 
     quiet_agent_logs()
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     from accel_launch import loopback_rendezvous
@@ -143,7 +169,8 @@ def _launch(
         rank, failure = min(error.failures.items())
         raise NotebookLaunchError(
             f"rank {rank} of {num_processes} failed (exit code {failure.exitcode}): "
-            f"{_first_line(failure.message)}"
+            f"{_first_line(failure.message)}",
+            error.failures,
         ) from error
     return [results[rank] for rank in sorted(results)]
 

@@ -16,6 +16,10 @@ class MixedPrecisionError(ValueError):
     """An unknown mixed-precision mode was asked for."""
 
 
+class StateResetError(RuntimeError):
+    """An object built before `AcceleratorState._reset_state()` was used after it."""
+
+
 def resolve_mixed_precision(requested: str | None) -> str:
     """Return the precision mode: the argument, else ACCEL_MIXED_PRECISION, else "no"."""
     source = "mixed_precision argument"
@@ -43,6 +47,8 @@ class AcceleratorState:
         cpu: bool = False,
         timeout: datetime.timedelta | float | None = None,
         distributed_type: DistributedType | str | None = None,
+        backend: str | None = None,
+        init_method: str | None = None,
     ) -> None:
         self.__dict__ = self._shared_state
         if self.initialized:
@@ -57,7 +63,13 @@ class AcceleratorState:
             return
         # Validate before touching the shared dict, so a failed construction leaves nothing half-built.
         mode = resolve_mixed_precision(mixed_precision)
-        partial = PartialState(cpu=cpu, timeout=timeout, distributed_type=distributed_type)
+        partial = PartialState(
+            cpu=cpu,
+            timeout=timeout,
+            distributed_type=distributed_type,
+            backend=backend,
+            init_method=init_method,
+        )
         self.mixed_precision = mode
         self._partial = partial
 
@@ -72,10 +84,20 @@ class AcceleratorState:
         if reset_partial_state:
             PartialState._reset_state()
 
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Tear down `group` (default: this job's process group); see PartialState."""
+        PartialState().destroy_process_group(group)
+
     def __getattr__(self, name: str) -> Any:
         # Only reached for names not set on the shared dict: the process facts.
-        if name.startswith("__") or "_partial" not in self._shared_state:
+        if name.startswith("__"):
             raise AttributeError(name)
+        if "_partial" not in self._shared_state:
+            # Every instance is built initialized, so an empty shared dict means it was reset since.
+            raise StateResetError(
+                f"cannot read {name!r}: this Accelerator's state was reset "
+                "(AcceleratorState._reset_state()); build a new Accelerator"
+            )
         return getattr(self._shared_state["_partial"], name)
 
     def __repr__(self) -> str:

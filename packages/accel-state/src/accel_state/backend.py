@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from accel_state.communication import Communicator
+from accel_state.ddp_comm_hooks import CommHookOptions
 from accel_state.distributed_type import DistributedType
 from accel_state.launch_env import LaunchEnvironment
 from accel_state.precision_protocol import FullPrecision, Precision
@@ -51,16 +52,30 @@ class ProcessSetup:
     communicator: Communicator
 
 
+@dataclass(frozen=True)
+class ProcessGroupOptions:
+    """What the user asked of the process group itself; None leaves the choice to the backend.
+
+    `backend` names the torch.distributed backend ("gloo", "nccl"), `init_method` the rendezvous
+    URL (`InitProcessGroupKwargs`).
+    """
+
+    backend: str | None = None
+    init_method: str | None = None
+
+
 @dataclass
 class BackendOptions:
     """Everything a backend is built with besides the process facts.
 
-    `ddp_kwargs` go to DistributedDataParallel; `plugin` carries an adapter's own configuration
-    (a DeepSpeed config, an FSDP plugin) untouched by the facade.
+    `ddp_kwargs` go to DistributedDataParallel and `ddp_comm_hook` is registered on each model
+    wrapped in it; `plugin` carries an adapter's own configuration (a DeepSpeed config, an FSDP
+    plugin) untouched by the facade.
     """
 
     precision: Precision = field(default_factory=FullPrecision)
     ddp_kwargs: dict[str, Any] = field(default_factory=dict)
+    ddp_comm_hook: CommHookOptions = field(default_factory=CommHookOptions)
     plugin: Any = None
 
 
@@ -102,6 +117,9 @@ class Backend(Protocol):
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         """Return a context in which gradients accumulate locally without being all-reduced."""
+
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """Return a context whose next backward all-reduces `model`'s gradients, even inside `no_sync`."""
 
     def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
         """Return a context in which ranks may run different numbers of steps."""
@@ -152,9 +170,18 @@ class BackendFactory(Protocol):
         """Return True when the backend's libraries can be imported (imports lazily)."""
 
     def setup_process(
-        self, launch: LaunchEnvironment, *, cpu: bool, timeout: datetime.timedelta
+        self,
+        launch: LaunchEnvironment,
+        *,
+        cpu: bool,
+        timeout: datetime.timedelta,
+        process_group: ProcessGroupOptions | None = None,
     ) -> ProcessSetup:
-        """Join the job's process group (once) and choose this process's device."""
+        """Join the job's process group (once) and choose this process's device.
+
+        `process_group` is passed only when the user asked for something, so a factory that
+        takes no such argument keeps working until a user does.
+        """
 
     def __call__(self, state: Any, options: BackendOptions) -> Backend:
         """Build the backend object of one Accelerator."""

@@ -15,15 +15,15 @@ MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 # Also accepted in a config file and by `--mixed_precision` (Accelerate's values), refused at launch.
 CONFIG_MIXED_PRECISION_CHOICES = (*MIXED_PRECISION_CHOICES, "fp8")
 
+# Level names ACCEL_LOG_LEVEL takes (any case), those of the standard `logging` module.
+LOG_LEVEL_CHOICES = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 # Distributed types `accel launch` can start (and `accel config` offers).
 LAUNCHABLE_DISTRIBUTED_TYPES = tuple(
     kind.value for kind in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 )
 # Those a job may run on the CPU with.
 CPU_DISTRIBUTED_TYPES = (DistributedType.NO.value, DistributedType.MULTI_CPU.value)
-# Every value of Accelerate's `distributed_type` key, accepted in a config file.
-CONFIG_DISTRIBUTED_TYPES = (
-    *LAUNCHABLE_DISTRIBUTED_TYPES,
-    "MULTI_NPU", "MULTI_XPU", "MULTI_MLU", "MULTI_MUSA", "MULTI_HPU", "MULTI_SDAA",
-    "XLA", "DEEPSPEED", "FSDP", "MEGATRON_LM",
-)  # fmt: skip
+# Every value of Accelerate's `distributed_type` key, accepted in a config file: each member of the
+# enum, which holds all of Accelerate's.
+CONFIG_DISTRIBUTED_TYPES = tuple(kind.value for kind in DistributedType)

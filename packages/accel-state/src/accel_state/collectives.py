@@ -76,6 +76,8 @@ def barrier() -> None:
 
 
 def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    # Results are detached, as Accelerate's: torch writes into views that autograd would refuse.
+    tensor = tensor.detach()
     if tensor.ndim == 0:
         tensor = tensor.unsqueeze(0)
     if not tensor.is_contiguous():
@@ -155,8 +157,9 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     if agreed is None or not agreed[0].all_inline():
 
         def send(tensor: torch.Tensor) -> torch.Tensor:
-            state.communicator.broadcast(tensor, from_process)
-            return tensor
+            detached = tensor.detach()  # shares the storage: the tensor is still updated in place
+            state.communicator.broadcast(detached, from_process)
+            return detached
 
         return recursively_apply(send, data, error_on_other_type=True, name="broadcast")
     agreement, tensors = agreed
@@ -166,7 +169,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
         with torch.no_grad():  # in place, as torch.distributed.broadcast writes them
             for tensor, offset in zip(tensors, agreement.offsets, strict=True):
                 tensor.copy_(unpack_one(payloads, from_process, offset, tensor))
-    return recursively_apply(lambda t: t, data, error_on_other_type=True, name="broadcast")
+    return recursively_apply(torch.Tensor.detach, data, error_on_other_type=True, name="broadcast")
 
 
 @names_collective("broadcast_object_list")
@@ -193,12 +196,15 @@ def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any
     return objects
 
 
-_REDUCTIONS = ("sum", "mean", "none")
+_REDUCTIONS = ("sum", "mean", "max", "min", "none")
 
 
 @names_collective("reduce")
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-    """Return the element-wise sum (or mean) over ranks of every tensor, times `scale`."""
+    """Return the element-wise sum (mean, max or min) over ranks of every tensor, times `scale`.
+
+    "none" returns each rank's own tensors (times `scale`). Results are detached copies.
+    """
     state = _state()
     if state.use_distributed and state.check_collectives:
         _agree(state, describe("reduce", data, arguments=f"reduction={reduction!r}"))
@@ -206,8 +212,13 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         raise ValueError(f"reduce: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
 
     def combine(tensor: torch.Tensor) -> torch.Tensor:
-        out = tensor.clone()
-        if state.use_distributed and reduction != "none":
+        out = tensor.detach().clone()
+        if state.use_distributed and reduction in ("max", "min"):
+            extreme = (
+                state.communicator.all_reduce_max if reduction == "max" else state.communicator.all_reduce_min
+            )
+            extreme(out)
+        elif state.use_distributed and reduction != "none":
             state.communicator.all_reduce_sum(out)
             if reduction == "mean":
                 out = out / state.num_processes
@@ -230,6 +241,7 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first:
     longest = iter([max(per_rank) for per_rank in agreement.sizes or []])
 
     def pad(tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.detach()  # every rank alike, padded or not
         target = next(longest)
         if target == OUT_OF_RANGE:
             return tensor
@@ -261,6 +273,7 @@ def gather_uneven(data: Any) -> Any:
     def gather_one(tensor: torch.Tensor) -> torch.Tensor:
         # A 0-d tensor (no dim 0, OUT_OF_RANGE) is gathered as one row.
         sizes = [1 if size == OUT_OF_RANGE else size for size in next(per_tensor)]
+        tensor = tensor.detach()
         if tensor.ndim == 0:
             tensor = tensor.unsqueeze(0)
         longest = max(sizes)

@@ -25,6 +25,12 @@ class Communicator(Protocol):
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
         """Replace `tensor` in place with its element-wise sum over ranks."""
 
+    def all_reduce_max(self, tensor: torch.Tensor) -> None:
+        """Replace `tensor` in place with its element-wise maximum over ranks."""
+
+    def all_reduce_min(self, tensor: torch.Tensor) -> None:
+        """Replace `tensor` in place with its element-wise minimum over ranks."""
+
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         """Replace `tensor` in place with rank `src`'s."""
 
@@ -49,6 +55,12 @@ class TorchCommunicator:
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+
+    def all_reduce_max(self, tensor: torch.Tensor) -> None:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+
+    def all_reduce_min(self, tensor: torch.Tensor) -> None:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
 
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         dist.broadcast(tensor, src=src)

@@ -18,6 +18,15 @@ def choose_device(cpu: bool, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def choose_process_group_backend(device: torch.device) -> str:
-    """Return nccl for GPUs and gloo for the CPU."""
-    return "nccl" if device.type == "cuda" else "gloo"
+def choose_process_group_backend(device: torch.device, requested: str | None = None) -> str:
+    """Return the torch.distributed backend: `requested` when given, else nccl for GPUs and gloo
+    for the CPU. Raises ValueError for nccl on a process without a GPU."""
+    if requested is None:
+        return "nccl" if device.type == "cuda" else "gloo"
+    name = requested.strip().lower()
+    if name == "nccl" and device.type != "cuda":
+        raise ValueError(
+            f"process group backend 'nccl' needs a CUDA device, but this process runs on {device}; "
+            "use backend='gloo' (InitProcessGroupKwargs) or run on GPUs"
+        )
+    return name

@@ -8,14 +8,27 @@ from accel_state import env_vars
 
 
 class DistributedType(str, enum.Enum):
-    """How the processes of a job are connected; Accelerate's names and values."""
+    """How the processes of a job are connected; Accelerate's names and values.
+
+    Every member of Accelerate's enum is here so that a script's checks such as
+    `if accelerator.distributed_type in (DistributedType.MULTI_GPU, DistributedType.MULTI_NPU)`
+    evaluate; only the members with an installed backend can set a process up.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
     DEEPSPEED = "DEEPSPEED"
-    XLA = "XLA"
     FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
 
     def __str__(self) -> str:
         return self.value

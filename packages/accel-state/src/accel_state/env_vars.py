@@ -22,6 +22,9 @@ DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
 # Set by the user, read by the library alone: "0" skips the cross-rank check of inputs before
 # gather/broadcast/reduce (on by default; debug mode checks anyway).
 CHECK_COLLECTIVES = "ACCEL_CHECK_COLLECTIVES"
+# Set by the user: the level (DEBUG, INFO, WARNING, ERROR, CRITICAL) of the loggers that
+# `accel.logging.get_logger` returns when it is given none.
+LOG_LEVEL = "ACCEL_LOG_LEVEL"
 # Set by `accel launch` so that a script can tell it was started by us.
 LAUNCHED = "ACCEL_LAUNCHED"
 

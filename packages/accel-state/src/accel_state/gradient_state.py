@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from accel_state.gradient_accumulation import GradientAccumulationPlugin
 from accel_state.shared_state import SharedDict
 
 
@@ -17,13 +18,22 @@ class GradientState:
 
     _shared_state = SharedDict()
 
-    def __init__(self, gradient_accumulation_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        gradient_accumulation_steps: int | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+    ) -> None:
         self.__dict__ = self._shared_state
         if not self._shared_state:
             self.sync_gradients = True
             self.num_steps = 1
             self.backward_calls = 0  # lets an optimizer tell whether gradients are pending
             self.active_dataloaders: list[Any] = []
+            self.plugin = GradientAccumulationPlugin()
+        if gradient_accumulation_plugin is not None:
+            self.plugin = gradient_accumulation_plugin
+            if gradient_accumulation_plugin.num_steps is not None:
+                self.num_steps = gradient_accumulation_plugin.num_steps
         if gradient_accumulation_steps is not None:
             self.num_steps = gradient_accumulation_steps
 
@@ -32,6 +42,23 @@ class GradientState:
         # Clear, then fill the defaults back in: instances built before the reset share this dict.
         cls._shared_state.clear()
         cls()
+
+    @property
+    def plugin_kwargs(self) -> dict[str, Any]:
+        """The accumulation plugin's fields that differ from its defaults (Accelerate's name)."""
+        return self.plugin.to_kwargs()
+
+    @property
+    def adjust_scheduler(self) -> bool:
+        return self.plugin.adjust_scheduler
+
+    @property
+    def sync_with_dataloader(self) -> bool:
+        return self.plugin.sync_with_dataloader
+
+    @property
+    def sync_each_batch(self) -> bool:
+        return self.plugin.sync_each_batch
 
     @property
     def active_dataloader(self) -> Any:

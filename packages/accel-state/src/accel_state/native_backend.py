@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accel_state.backend import BackendOptions, ProcessFacts, ProcessSetup
+from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.communication import TorchCommunicator
+from accel_state.ddp_comm_hooks import register_comm_hook
 from accel_state.device import choose_device, choose_process_group_backend
 from accel_state.distributed_type import DistributedType
 from accel_state.gradient_state import GradientState
@@ -32,16 +33,22 @@ class NativeBackend:
 
     @classmethod
     def setup_process(
-        cls, launch: LaunchEnvironment, *, cpu: bool, timeout: datetime.timedelta
+        cls,
+        launch: LaunchEnvironment,
+        *,
+        cpu: bool,
+        timeout: datetime.timedelta,
+        process_group: ProcessGroupOptions | None = None,
     ) -> ProcessSetup:
         """Pick this rank's GPU (or the CPU) and join the job's gloo/nccl process group."""
+        process_group = process_group or ProcessGroupOptions()
         device = choose_device(cpu, launch.local_rank)
         if not launch.is_distributed:
             return ProcessSetup(DistributedType.NO, device, None, TorchCommunicator())
-        group_backend = choose_process_group_backend(device)
+        group_backend = choose_process_group_backend(device, process_group.backend)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        init_process_group(launch, group_backend, timeout)
+        init_process_group(launch, group_backend, timeout, process_group.init_method)
         kind = DistributedType.MULTI_GPU if device.type == "cuda" else DistributedType.MULTI_CPU
         return ProcessSetup(kind, device, group_backend, TorchCommunicator())
 
@@ -50,6 +57,7 @@ class NativeBackend:
         self.state = state
         self.precision = options.precision
         self.ddp_kwargs = dict(options.ddp_kwargs)
+        self.comm_hook = options.ddp_comm_hook
         self.gradient_state = GradientState()
 
     # Preparing ---------------------------------------------------------------------------------
@@ -68,7 +76,9 @@ class NativeBackend:
         if not any(p.requires_grad for p in model.parameters()):
             return model
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
+        register_comm_hook(wrapped, self.comm_hook)
+        return wrapped
 
     # The step ----------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -90,6 +100,11 @@ class NativeBackend:
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         if isinstance(model, DistributedDataParallel):
             return model.no_sync()
+        return contextlib.nullcontext()
+
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        if isinstance(model, DistributedDataParallel):
+            return _ddp_sync_forced(model)
         return contextlib.nullcontext()
 
     def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
@@ -144,3 +159,17 @@ class NativeBackend:
 
     def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
         return prepared
+
+
+@contextlib.contextmanager
+def _ddp_sync_forced(model: DistributedDataParallel) -> Iterator[None]:
+    """Make DDP all-reduce in the next backward, whatever `no_sync` said, then restore its flags."""
+    saved = (model.require_backward_grad_sync, model.require_forward_param_sync)
+    model.require_backward_grad_sync = True
+    model.require_forward_param_sync = True
+    # The forward ran under no_sync, so the reducer was not told a backward is coming; tell it now.
+    model.reducer.prepare_for_backward([])
+    try:
+        yield
+    finally:
+        model.require_backward_grad_sync, model.require_forward_param_sync = saved

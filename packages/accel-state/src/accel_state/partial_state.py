@@ -13,8 +13,8 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from accel_state import env_vars, timeouts
-from accel_state.backend import backend_factory
+from accel_state import env_vars, process_group, timeouts
+from accel_state.backend import ProcessGroupOptions, backend_factory
 from accel_state.distributed_type import DistributedType, resolve_distributed_type
 from accel_state.launch_env import detect_launch_environment
 from accel_state.shared_state import SharedDict, per_thread_state, use_per_thread_state
@@ -71,7 +71,11 @@ class PartialState:
         cpu: bool = False,
         timeout: datetime.timedelta | float | None = None,
         distributed_type: DistributedType | str | None = None,
+        backend: str | None = None,
+        init_method: str | None = None,
     ) -> None:
+        """`backend` ("gloo", "nccl") and `init_method` (a rendezvous URL) override the process
+        group's defaults (Accelerate's `InitProcessGroupKwargs`); only the first instance uses them."""
         self.__dict__ = self._shared_state
         if self.initialized:
             return
@@ -87,7 +91,10 @@ class PartialState:
         unset = env_vars.read_str(env_vars.CHECK_COLLECTIVES) is None
         check_collectives = debug or unset or env_vars.read_flag(env_vars.CHECK_COLLECTIVES)
         resolved_timeout = resolve_timeout(timeout)
-        setup = factory.setup_process(found, cpu=cpu, timeout=resolved_timeout)
+        group = ProcessGroupOptions(backend=backend, init_method=init_method)
+        # Passed only when asked for, so factories written before the option keep working.
+        extra = {"process_group": group} if group != ProcessGroupOptions() else {}
+        setup = factory.setup_process(found, cpu=cpu, timeout=resolved_timeout, **extra)
         self.launch_environment = found
         self.num_processes = found.world_size
         self.process_index = found.rank
@@ -182,6 +189,12 @@ class PartialState:
             return functools.partial(self.on_process, process_index=process_index)
         return self._only_when(lambda: self.process_index == process_index, function)
 
+    def on_local_process(self, function: F | None = None, local_process_index: int | None = None) -> Any:
+        """Decorate `function` so that it runs only on each node's process `local_process_index`."""
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_when(lambda: self.local_process_index == local_process_index, function)
+
     @staticmethod
     def _only_when(condition: Callable[[], bool], function: F) -> F:
         @functools.wraps(function)
@@ -191,6 +204,15 @@ class PartialState:
             return None
 
         return wrapper  # type: ignore[return-value]
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Tear down `group` (default: this job's process group); a no-op without one.
+
+        Under a fork launch (notebooks) the launcher owns the default group and tears it down itself.
+        """
+        if self.fork_launched and group is None:
+            return
+        process_group.destroy_process_group(group)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """Print on the main process only, so N processes do not print N copies."""

@@ -20,20 +20,25 @@ from accel_state.launch_env import LaunchEnvironment, export_for_torch
 _teardown_registered = False
 
 
-def init_process_group(found: LaunchEnvironment, backend: str, timeout: datetime.timedelta) -> bool:
-    """Join the job's process group unless one exists; return True if this call created it."""
+def init_process_group(
+    found: LaunchEnvironment,
+    backend: str,
+    timeout: datetime.timedelta,
+    init_method: str | None = None,
+) -> bool:
+    """Join the job's process group unless one exists; return True if this call created it.
+
+    `init_method` (a rendezvous URL) replaces the launcher's env:// rendezvous when given.
+    """
     if dist.is_initialized():
         return False
     export_for_torch(found)
     attempt = env_vars.read_int(env_vars.RESTART_COUNT)
-    if attempt is None:
-        init_method: str | None = "env://"
-        store: dist.Store | None = None
-    else:
-        init_method, store = (
-            None,
-            dist.PrefixStore(f"accel/attempt_{attempt}/", _elastic_store(found, timeout)),
-        )
+    store: dist.Store | None = None
+    if init_method is None and attempt is None:
+        init_method = "env://"
+    elif init_method is None:
+        store = dist.PrefixStore(f"accel/attempt_{attempt}/", _elastic_store(found, timeout))
     dist.init_process_group(
         backend=backend,
         init_method=init_method,
@@ -79,7 +84,8 @@ def _teardown_at_exit() -> None:
     destroy_process_group()
 
 
-def destroy_process_group() -> None:
-    """Leave the process group if this process is in one; safe to call more than once."""
+def destroy_process_group(group: dist.ProcessGroup | None = None) -> None:
+    """Tear down `group` (default: the whole process group, which this process then leaves) if this
+    process is in one; safe to call more than once."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        dist.destroy_process_group(group)

@@ -32,8 +32,15 @@ _SHOWN_TENSORS = 8  # more differing tensors than this are counted, not listed
 _SHOWN_CHARS = 400
 
 
-class CollectiveShapeError(CollectiveError):
-    """Ranks called a collective with inputs it cannot combine: shapes, dtypes, structure or arguments."""
+class DistributedOperationException(Exception):
+    """Accelerate's name for a collective called with inputs that do not match across ranks."""
+
+
+class CollectiveShapeError(CollectiveError, DistributedOperationException):
+    """Ranks called a collective with inputs it cannot combine: shapes, dtypes, structure or arguments.
+
+    Also a DistributedOperationException, so that `except` clauses written for Accelerate catch it.
+    """
 
 
 @dataclasses.dataclass

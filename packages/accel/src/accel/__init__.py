@@ -4,8 +4,16 @@ from accel.__about__ import __version__
 from accel.accelerator import Accelerator
 from accel.checkpoint_errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
 from accel.dataloader_config import DataLoaderConfiguration
+from accel.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
 from accel.metrics import GatherForMetricsError
 from accel.project_config import ProjectConfiguration
+from accel.tracking import GeneralTracker, LoggerType, TrackerError, TrackerNotInstalledError
 from accel_data import DispatchError, LoaderStateError, ShardingError
 from accel_launch import ConfigError, LaunchOptionsError, NotebookLaunchError, notebook_launcher
 from accel_state import (
@@ -13,9 +21,13 @@ from accel_state import (
     BackendNotAvailableError,
     CollectiveShapeError,
     CollectiveTimeoutError,
+    DDPCommunicationHookType,
+    DistributedOperationException,
     DistributedType,
     EnvVarError,
+    GradientAccumulationPlugin,
     GradientState,
+    KwargsHandler,
     LaunchEnvironmentError,
     MixedPrecisionError,
     PartialState,
@@ -25,6 +37,7 @@ from accel_state import (
 __all__ = [
     "Accelerator",
     "AcceleratorState",
+    "AutocastKwargs",
     "BackendNotAvailableError",
     "CheckpointError",
     "CheckpointTargetError",
@@ -32,20 +45,32 @@ __all__ = [
     "CollectiveShapeError",
     "CollectiveTimeoutError",
     "ConfigError",
+    "DDPCommunicationHookType",
     "DataLoaderConfiguration",
     "DispatchError",
+    "DistributedDataParallelKwargs",
+    "DistributedOperationException",
     "DistributedType",
     "EnvVarError",
     "GatherForMetricsError",
+    "GeneralTracker",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
     "GradientState",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
     "LaunchEnvironmentError",
     "LaunchOptionsError",
     "LoaderStateError",
+    "LoggerType",
     "MixedPrecisionError",
     "NotebookLaunchError",
     "PartialState",
+    "ProfileKwargs",
     "ProjectConfiguration",
     "ShardingError",
+    "TrackerError",
+    "TrackerNotInstalledError",
     "__version__",
     "notebook_launcher",
     "set_seed",

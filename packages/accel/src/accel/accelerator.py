@@ -21,31 +21,31 @@ from accel import checkpointing
 from accel import metrics as _metrics
 from accel.checkpoint_registry import CheckpointRegistry
 from accel.dataloader_config import DataLoaderConfiguration
+from accel.experiment_tracking import ExperimentTracking
+from accel.gradient_accumulation import resolve_accumulation_plugin
+from accel.handler_options import KwargsHandlers
+from accel.kwargs_handlers import AutocastKwargs, ProfileKwargs
 from accel.object_kinds import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
 from accel.process_control import ProcessControl
+from accel.profiling import profile as _profile
 from accel.project_config import ProjectConfiguration
+from accel.training_triggers import TrainingTriggers
 from accel.weight_files import save_model
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
 from accel_data import even_batches_overridden, prepare_data_loader, skip_first_batches
 from accel_state import (
     AcceleratorState,
-    BackendOptions,
+    GradientAccumulationPlugin,
     GradientState,
+    KwargsHandler,
     PreparedObjects,
     create_backend,
-    env_vars,
 )
 from accel_state import collectives as _collectives
+from accel_state.memory import release_memory
 
 
-def _resolve_accumulation_steps(requested: int | None) -> int:
-    steps = requested if requested is not None else env_vars.read_int(env_vars.GRADIENT_ACCUMULATION_STEPS, 1)
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {steps!r}")
-    return steps
-
-
-class Accelerator(ProcessControl):
+class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     """Runs a plain PyTorch training loop on whatever the launcher set up."""
 
     def __init__(
@@ -63,8 +63,19 @@ class Accelerator(ProcessControl):
         ddp_kwargs: dict[str, Any] | None = None,
         project_dir: str | None = None,
         project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        kwargs_handlers: list[KwargsHandler] | None = None,
+        log_with: Any = None,
     ) -> None:
-        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, timeout=timeout)
+        handlers = KwargsHandlers.from_list(kwargs_handlers)
+        self.ddp_handler = handlers.ddp_handler
+        self.scaler_handler = handlers.scaler_handler
+        self.init_handler = handlers.init_handler
+        self.autocast_handler = handlers.autocast_handler
+        self.profile_handler = handlers.profile_handler
+        plugin = resolve_accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
+        state_kwargs = handlers.state_kwargs(timeout)
+        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, **state_kwargs)
         self.device_placement = device_placement
         config = dataclasses.replace(dataloader_config or DataLoaderConfiguration())
         if split_batches is not None:
@@ -74,15 +85,16 @@ class Accelerator(ProcessControl):
         self.dataloader_config = config
         self.rng_types = rng_types
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.gradient_state = GradientState(_resolve_accumulation_steps(gradient_accumulation_steps))
-        precision = precision_policy(self.state.mixed_precision, self.device)
-        options = BackendOptions(precision=precision, ddp_kwargs=dict(ddp_kwargs or {}))
+        self.gradient_state = GradientState(gradient_accumulation_plugin=plugin)
+        precision = precision_policy(self.state.mixed_precision, self.device, **handlers.precision_kwargs())
+        options = handlers.backend_options(precision, ddp_kwargs)
         self.backend = create_backend(self.state.distributed_type, self.state._partial, options)
         self.step = 0
         self.prepared = PreparedObjects()
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
         if project_dir is not None and project_config is not None:
             self.project_configuration.set_directories(project_dir)
+        self._set_up_tracking(log_with)
         self._checkpoint_registry = CheckpointRegistry()
 
     # The run's options -----------------------------------------------------------------------
@@ -215,6 +227,7 @@ class Accelerator(ProcessControl):
             non_blocking=config.non_blocking,
             use_seedable_sampler=config.use_seedable_sampler,
             dispatch_batches=config.dispatch_batches,
+            use_stateful_dataloader=config.use_stateful_dataloader,
         )
 
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
@@ -231,7 +244,7 @@ class Accelerator(ProcessControl):
         self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
-        if self.gradient_state.end_of_dataloader:
+        if self.gradient_state.sync_with_dataloader and self.gradient_state.end_of_dataloader:
             # The last batch always steps, and the next pass starts a fresh accumulation window.
             self.step = 0
             return True
@@ -242,8 +255,10 @@ class Accelerator(ProcessControl):
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
         """Accumulate gradients locally on non-sync steps; all-reduce and step on sync steps."""
         self.gradient_state._set_sync_gradients(self._sync_this_step())
+        # sync_each_batch: all-reduce every batch (no no_sync), still stepping every num_steps.
+        sync_each_batch = self.use_distributed and self.gradient_state.sync_each_batch
         with contextlib.ExitStack() as stack:
-            if not self.sync_gradients:
+            if not (self.sync_gradients or sync_each_batch):
                 for model in models:
                     stack.enter_context(self.backend.no_sync(model))
             yield
@@ -265,9 +280,24 @@ class Accelerator(ProcessControl):
         with self.backend.no_sync(model):
             yield
 
-    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
-        """Return a context running code outside the model in the run's mixed precision."""
+    def autocast(
+        self, autocast_handler: AutocastKwargs | None = None, enabled: bool = True, **autocast_kwargs: Any
+    ) -> contextlib.AbstractContextManager:
+        """Return a context running code outside the model in the run's mixed precision.
+
+        `autocast_handler`'s changed fields apply on top of the Accelerator's AutocastKwargs for
+        this context (it can disable autocast, not re-enable one the Accelerator's disabled)."""
+        if autocast_handler is not None:
+            autocast_kwargs = {**autocast_handler.to_kwargs(), **autocast_kwargs}
+            enabled = enabled and autocast_kwargs.pop("enabled", True)
         return self.backend.autocast(enabled, **autocast_kwargs)
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[torch.profiler.profile]:
+        """Profile the block with torch's profiler (settings: `profile_handler`, else the
+        Accelerator's ProfileKwargs); each rank writes a Chrome trace to its `output_trace_dir`."""
+        with _profile(profile_handler or self.profile_handler or ProfileKwargs()) as profiler:
+            yield profiler
 
     def unscale_gradients(self, optimizer: AcceleratedOptimizer | None = None) -> None:
         """Divide gradients by the fp16 loss scale (once per step); a no-op otherwise."""
@@ -365,14 +395,21 @@ class Accelerator(ProcessControl):
         """Write `model`'s weights (from the main process) as sharded safetensors with an index."""
         save_model(self, model, save_directory, max_shard_size, safe_serialization)
 
-    def free_memory(self) -> None:
-        """Forget the prepared objects so they can be garbage collected."""
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget the prepared objects, collect garbage and empty the device cache; reset `step`.
+
+        Call it between two trainings with different objects. Returns `[None] * len(objects)`, to
+        rebind the caller's references: `model, optimizer = accelerator.free_memory(model, optimizer)`.
+        """
         self.prepared.clear()
         self._checkpoint_registry.custom_objects.clear()
         self.step = 0
+        return release_memory(*objects)
 
     clear = free_memory
 
     def end_training(self) -> None:
-        """Wait for every process so that none exits while others still communicate."""
+        """Finish the trackers, then wait for every process so that none exits while others still
+        communicate. Call it at the end of a script that logs."""
+        self._finish_trackers()
         self.wait_for_everyone()

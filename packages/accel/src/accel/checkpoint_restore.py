@@ -17,6 +17,7 @@ from accel.checkpoint_layout import TRAINING_STATE_NAME, model_weights, suffix
 from accel.checkpoint_reader import FolderReader
 from accel.checkpoint_registry import CheckpointRegistry
 from accel.checkpoint_rng import restore_rng_states, rng_states
+from accel_data.stateful_loader import STATE_KEY as STATEFUL_LOADER_STATE
 from accel_state import PreparedObjects
 
 
@@ -25,8 +26,10 @@ def _load_model(accelerator: Any, model: torch.nn.Module, weights: dict[str, tor
 
 
 def _restore_loader(loader: Any, state: dict[str, Any], resume_position: bool) -> None:
-    if resume_position:
-        loader.load_state_dict(state)  # check_resumable_loaders made sure it can
+    # A loader on torchdata's StatefulDataLoader resumes by itself after load_state, as Accelerate's.
+    resumes_itself = STATEFUL_LOADER_STATE in state and hasattr(loader, "next_iter_state")
+    if resume_position or resumes_itself:
+        loader.load_state_dict(state)  # check_resumable_loaders made sure it can, or it is stateful
     elif "epoch" in state and callable(getattr(loader, "set_epoch", None)):
         # Only the epoch: the caller skips the batches already seen (skip_first_batches), and two
         # mechanisms that both skip would skip twice.

@@ -17,3 +17,12 @@ class DataLoaderConfiguration:
     # None: the main process reads and dispatches batches of iterable datasets, map-style ones are
     # sharded by index on every rank.
     dispatch_batches: bool | None = None
+    # Build prepared loaders on torchdata's StatefulDataLoader: its state is saved by save_state and
+    # restored by load_state, which then resumes the loader mid-epoch by itself.
+    use_stateful_dataloader: bool = False
+
+    def __post_init__(self) -> None:
+        if self.use_stateful_dataloader:
+            from accel_data.stateful_loader import stateful_dataloader_class
+
+            stateful_dataloader_class()  # ImportError in one line, here rather than at prepare

@@ -75,6 +75,11 @@ class ProcessControl:
     def on_process(self, function: Callable | None = None, process_index: int | None = None) -> Any:
         return self.state.on_process(function, process_index=process_index)
 
+    def on_local_process(
+        self, function: Callable | None = None, local_process_index: int | None = None
+    ) -> Any:
+        return self.state.on_local_process(function, local_process_index=local_process_index)
+
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Any:
         return self.state.split_between_processes(inputs, apply_padding=apply_padding)
 
