@@ -51,29 +51,16 @@ def test_accumulation_matches_one_big_batch_launch():
 
 def count_all_reduces(accumulation_steps):
     import torch
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     from accel import Accelerator
-    from accel.testing import train_steps
+    from accel.testing import all_reduces_per_step
 
     accelerator = Accelerator(gradient_accumulation_steps=accumulation_steps)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = torch.utils.data.DataLoader(torch.randn(48, 4), batch_size=4)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    calls = []
-
-    def counting_hook(state, bucket):
-        calls.append(1)
-        return allreduce_hook(state, bucket)
-
-    model.register_comm_hook(None, counting_hook)
-    per_step = []
-    for batch in loader:
-        before = len(calls)
-        (step,) = train_steps(accelerator, model, optimizer, [batch], lambda model, x: model(x).sum())
-        per_step.append((step.sync_gradients, len(calls) - before))
-    return per_step
+    return all_reduces_per_step(accelerator, model, optimizer, loader)
 
 
 def test_no_all_reduce_on_non_sync_steps_launch():

@@ -89,30 +89,16 @@ def test_comm_hook_is_registered_and_ddp_arguments_reach_ddp_launch(
 
 def count_all_reduces_syncing_each_batch(sync_each_batch):
     import torch
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
     from accel import Accelerator, GradientAccumulationPlugin
-    from accel.testing import train_steps
+    from accel.testing import all_reduces_per_step
 
     plugin = GradientAccumulationPlugin(num_steps=3, sync_each_batch=sync_each_batch)
     accelerator = Accelerator(gradient_accumulation_plugin=plugin)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
-    calls = []
-
-    def counting_hook(state, bucket):
-        calls.append(1)
-        return allreduce_hook(state, bucket)
-
-    model.register_comm_hook(None, counting_hook)
-    per_step = []
-    for _ in range(6):
-        before = len(calls)
-        batch = torch.randn(4, 4)
-        (step,) = train_steps(accelerator, model, optimizer, [batch], lambda model, x: model(x).sum())
-        per_step.append((step.sync_gradients, len(calls) - before))
-    return per_step
+    return all_reduces_per_step(accelerator, model, optimizer, [torch.randn(4, 4) for _ in range(6)])
 
 
 @pytest.mark.parametrize("sync_each_batch", [False, True])

@@ -85,6 +85,29 @@ def train_small_regression(
     return accelerator.unwrap_model(model), final_loss
 
 
+def all_reduces_per_step(
+    accelerator: Accelerator, model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable[Any]
+) -> list[tuple[bool, int]]:
+    """Train one step per batch (loss: the sum of the outputs) on a prepared DDP `model`; return,
+    for each step, whether it was a sync step and how many gradient all-reduces it ran."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    calls: list[int] = []
+
+    # DDP refuses a hook whose `bucket` annotation is anything but dist.GradBucket (a string here).
+    def counting_hook(state, bucket):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return allreduce_hook(state, bucket)
+
+    model.register_comm_hook(None, counting_hook)  # type: ignore[operator]
+    per_step = []
+    for batch in batches:
+        before = len(calls)
+        (step,) = train_steps(accelerator, model, optimizer, [batch], lambda model, x: model(x).sum())
+        per_step.append((step.sync_gradients, len(calls) - before))
+    return per_step
+
+
 class Counter:
     """A registered checkpoint object: a number with `state_dict`/`load_state_dict`."""
 
