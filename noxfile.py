@@ -17,12 +17,16 @@ ROOT = Path(__file__).parent
 PACKAGES_DIR = ROOT / "packages"
 CONSTRAINTS = str(ROOT / "constraints.txt")
 PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel"]
+# Adapters: each has its own session, with its engine installed at the version its issue measured.
+DEEPSPEED_PACKAGE = "accel-deepspeed"
+DEEPSPEED = "deepspeed==0.19.8"
+ADAPTERS = [DEEPSPEED_PACKAGE]
 
 # Checkers are pinned: a new release that formats or infers differently must not turn main red.
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
 MYPY = "mypy==2.4.1"
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration"]
+nox.options.sessions = ["lint", "typecheck", "tests", "integration", "deepspeed"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -78,7 +82,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     # import-linter reads the sources in place: no package (and no torch) is installed for it.
-    source_folders = os.pathsep.join(str(PACKAGES_DIR / name / "src") for name in PACKAGES)
+    source_folders = os.pathsep.join(str(PACKAGES_DIR / name / "src") for name in [*PACKAGES, *ADAPTERS])
     session.run("lint-imports", env={"PYTHONPATH": source_folders})
 
 
@@ -86,8 +90,10 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy over every package's src/ (mypy.ini), with the packages and torch installed for their types."""
     install_packages(session, *PACKAGES)
+    # Adapters are checked without their engines (mypy.ini: deepspeed's types are not required).
+    session.install("--no-deps", *(str(PACKAGES_DIR / name) for name in ADAPTERS))
     session.install(MYPY)
-    session.run("mypy", *(str(PACKAGES_DIR / name / "src") for name in PACKAGES))
+    session.run("mypy", *(str(PACKAGES_DIR / name / "src") for name in [*PACKAGES, *ADAPTERS]))
 
 
 @nox.session
@@ -120,8 +126,35 @@ def integration(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         str(ROOT / "integration-tests"),
+        # The DeepSpeed jobs run in their own session, where deepspeed is installed.
+        "--ignore",
+        str(ROOT / "integration-tests" / "deepspeed"),
         *session.posargs,
         env=TEST_ENV,
+    )
+
+
+@nox.session
+def deepspeed(session: nox.Session) -> None:
+    """accel-deepspeed's tests and DeepSpeed jobs on 2 CPU processes (DeepSpeed's CPU accelerator, gloo)."""
+    session.install("-c", CONSTRAINTS, DEEPSPEED)
+    install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
+    session.run("pip", "check")
+    env = {
+        **TEST_ENV,
+        "DS_ACCELERATOR": "cpu",
+        # Ops DeepSpeed compiles (the CPU Adam of the offload test) are built inside this venv.
+        "TORCH_EXTENSIONS_DIR": str(Path(session.virtualenv.location) / "torch_extensions"),
+    }
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(PACKAGES_DIR / DEEPSPEED_PACKAGE / "tests"),
+        str(ROOT / "integration-tests" / "deepspeed"),
+        *session.posargs,
+        env=env,
     )
 
 

@@ -6,6 +6,7 @@ kills).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -197,11 +199,16 @@ def fork_server(project_dir):
     import accel.checkpointing  # noqa: F401
 
     for line in sys.stdin:
+        ready_file = line.strip()
         pid = os.fork()
         if pid == 0:
             os.setsid()
+            faulthandler.register(signal.SIGUSR1, file=open(f"{ready_file}.stacks", "w"), all_threads=True)
             try:
-                save_forever(project_dir, ready_file=line.strip())
+                save_forever(project_dir, ready_file=ready_file)
+            except BaseException:
+                # os._exit skips the traceback that would otherwise be printed: keep it for the test.
+                Path(f"{ready_file}.error").write_text(traceback.format_exc())
             finally:
                 os._exit(1)
         print(pid, flush=True)
@@ -214,7 +221,6 @@ def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
         k: v for k, v in os.environ.items() if not k.startswith(("ACCEL_", "RANK", "WORLD_SIZE", "LOCAL_"))
     }
     rng = random.Random(0)
-    started = time.monotonic()
     last_seen, interrupted = -1, 0
     server = subprocess.Popen(
         [sys.executable, str(THIS_FILE), "fork-server", str(tmp_path / "project")],
@@ -230,10 +236,7 @@ def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
             server.stdin.write(f"{ready}\n")
             server.stdin.flush()
             job = int(server.stdout.readline())
-            deadline = time.monotonic() + 30
-            while not ready.exists():
-                assert time.monotonic() < deadline, "the job made no checkpoint within 30 s"
-                time.sleep(0.005)
+            _wait_for_first_save(job, ready, attempt)
             time.sleep(rng.uniform(0.0, 0.25))
             os.killpg(job, signal.SIGKILL)
             assert server.stdout.readline().strip() == "reaped"
@@ -246,8 +249,21 @@ def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
     finally:
         server.kill()
         server.wait()
-    assert time.monotonic() - started < 60
     assert interrupted >= 5, f"only {interrupted} of 20 kills landed inside a save"
+
+
+def _wait_for_first_save(job, ready, attempt, seconds=120):
+    """Wait until job `attempt` has saved once; fail with its traceback, or its stacks if it is stuck."""
+    error = Path(f"{ready}.error")
+    deadline = time.monotonic() + seconds
+    while not ready.exists():
+        assert not error.exists(), f"job {attempt} failed before its first save:\n{error.read_text()}"
+        if time.monotonic() > deadline:
+            os.kill(job, signal.SIGUSR1)
+            time.sleep(2)
+            stacks = Path(f"{ready}.stacks").read_text()
+            pytest.fail(f"job {attempt} made no checkpoint within {seconds} s; its stacks:\n{stacks}")
+        time.sleep(0.005)
 
 
 def _load_newest_and_check(project_dir, last_seen):

@@ -18,3 +18,14 @@ def test_a_config_file_takes_every_mode_the_library_runs_and_more():
     assert choices.MIXED_PRECISION_CHOICES == ("no", "fp16", "bf16")
     assert set(choices.MIXED_PRECISION_CHOICES) < set(choices.CONFIG_MIXED_PRECISION_CHOICES)
     assert choices.DEFAULT_MASTER_PORT == 29500
+
+
+def test_deepspeed_is_launchable_on_gpus_and_on_the_cpu():
+    assert "DEEPSPEED" in choices.LAUNCHABLE_DISTRIBUTED_TYPES
+    assert "DEEPSPEED" in choices.CPU_DISTRIBUTED_TYPES
+    assert "MULTI_GPU" not in choices.CPU_DISTRIBUTED_TYPES
+
+
+def test_deepspeed_choices_are_accelerates():
+    assert choices.ZERO_STAGES == (0, 1, 2, 3)
+    assert choices.DEEPSPEED_OFFLOAD_DEVICES == ("none", "cpu", "nvme")

@@ -38,9 +38,9 @@ def test_a_scripts_gating_tuple_evaluates():
     assert "MULTI_XPU" in gating
 
 
-def test_config_choices_are_the_enum_and_launch_choices_three_of_them():
+def test_config_choices_are_the_enum_and_launch_choices_those_with_a_backend():
     assert choices.CONFIG_DISTRIBUTED_TYPES == tuple(t.value for t in DistributedType)
-    assert choices.LAUNCHABLE_DISTRIBUTED_TYPES == ("NO", "MULTI_CPU", "MULTI_GPU")
+    assert choices.LAUNCHABLE_DISTRIBUTED_TYPES == ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED")
 
 
 @pytest.mark.parametrize("value", ["multi_npu", " MEGATRON_LM ", "MULTI_NEURON"])

@@ -16,7 +16,7 @@ import click
 from click.core import ParameterSource
 
 from accel_launch.__about__ import __version__
-from accel_launch.config_schema import KEYS, ConfigError, ConfigKey
+from accel_launch.config_schema import KEYS, SECTION_SETTINGS, SETTINGS, ConfigError, ConfigKey
 from accel_launch.launch_options import (
     TEE_CHOICES,
     LaunchOptions,
@@ -57,10 +57,17 @@ def _flag(name: str, *short: str, dest: str | None = None) -> list[str]:
     return [*short, *spellings, dest or name]
 
 
-def _key_option(key: ConfigKey) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Return the click option for config key `key` (default None: "not given", so the file applies)."""
+def _key_option(key: ConfigKey, *, switch: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Return the click option for config key `key` (default None: "not given", so the file applies).
+
+    A boolean key is a `--x/--no_x` switch, or with `switch=False` a flag taking true/false.
+    """
     default = f" [default: {key.default}]" if key.default not in (None, "") else ""
     help_text = f"{key.help}{default}"
+    if key.kind == "bool" and not switch:
+        return click.option(
+            *_flag(key.name), type=click.BOOL, default=None, metavar="true|false", help=help_text
+        )
     if key.kind == "bool":
         names = [*key.aliases, key.name]
         declarations = []
@@ -76,10 +83,20 @@ def _key_option(key: ConfigKey) -> Callable[[Callable[..., Any]], Callable[..., 
 
 
 def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add one flag per scalar config key to a command (in the table's order in `--help`)."""
-    for key in reversed(list(KEYS.values())):
-        if key.has_flag:
-            func = _key_option(key)(func)
+    """Add one flag per scalar config key to a command (in the table's order in `--help`), then
+    `--use_deepspeed` and the DeepSpeed flags, which take a value as Accelerate's do."""
+    options = [_key_option(key) for key in KEYS.values() if key.has_flag]
+    options.append(
+        click.option(
+            *_flag("use_deepspeed"),
+            is_flag=True,
+            default=False,
+            help="Run a DeepSpeed job (distributed_type DEEPSPEED); needs accel[deepspeed].",
+        )
+    )
+    options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
+    for option in reversed(options):
+        func = option(func)
     return func
 
 
@@ -93,12 +110,21 @@ def _config_file_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _given_flags(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
-    """Return the config-key flags given on the command line."""
-    return {
+    """Return the config-key flags given on the command line (`--use_deepspeed` as distributed_type)."""
+    given = {
         name: value
         for name, value in values.items()
-        if name in KEYS and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+        if name in SETTINGS and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
     }
+    if (
+        values.get("use_deepspeed")
+        and ctx.get_parameter_source("use_deepspeed") == ParameterSource.COMMANDLINE
+    ):
+        chosen = given.get("distributed_type")
+        if chosen not in (None, "DEEPSPEED"):
+            raise click.UsageError(f"--use_deepspeed contradicts --distributed_type {chosen}")
+        given["distributed_type"] = "DEEPSPEED"
+    return given
 
 
 def load_effective_config(config_file: str | None, flags: dict[str, Any]) -> tuple[Any, bool]:
@@ -191,6 +217,7 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     """Return the LaunchOptions of a launch-like command from its flags and the effective config."""
     import os
 
+    from accel_launch.deepspeed_launch import check_deepspeed_job, deepspeed_options
     from accel_launch.effective_config import check_launchable
     from accel_launch.env_check import check_accel_env
     from accel_launch.machine_limits import check_process_count
@@ -198,6 +225,8 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     config, _ = load_effective_config(flags.pop("config_file"), _given_flags(ctx, flags))
     try:
         check_launchable(config)
+        if config.uses_deepspeed:
+            check_deepspeed_job(config)
         distributed_type = config.given("distributed_type")
         options = LaunchOptions(
             cpu=bool(config["use_cpu"]) or distributed_type == "MULTI_CPU",
@@ -215,6 +244,7 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             downcast_bf16=bool(config["downcast_bf16"]),
             enable_cpu_affinity=bool(config["enable_cpu_affinity"]),
             dynamo_backend=config["dynamo_backend"],
+            deepspeed=deepspeed_options(config) if config.uses_deepspeed else None,
             max_restarts=flags["max_restarts"],
             monitor_interval=flags["monitor_interval"],
             module=flags["module"],

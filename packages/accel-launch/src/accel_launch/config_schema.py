@@ -8,11 +8,17 @@ from accel_state.choices, which the launcher and the library share.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel_state.choices import CONFIG_DISTRIBUTED_TYPES, CONFIG_MIXED_PRECISION_CHOICES
+from accel_state.choices import (
+    CONFIG_DISTRIBUTED_TYPES,
+    CONFIG_MIXED_PRECISION_CHOICES,
+    DEEPSPEED_OFFLOAD_DEVICES,
+    ZERO_STAGES,
+)
 
 COMPUTE_ENVIRONMENTS = ("LOCAL_MACHINE", "AMAZON_SAGEMAKER")
 RDZV_BACKENDS = ("static", "c10d")
@@ -30,13 +36,14 @@ class ConfigKey:
     kind: str  # "bool", "int", "float", "str", "choice", "dict", "list"
     default: Any = None
     help: str = ""
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # for "choice"; for "int", the allowed values written as strings
     minimum: int | None = None
     aliases: tuple[str, ...] = ()  # extra flag names, e.g. Accelerate's `--cpu` for `use_cpu`
+    flag: bool = True  # False for a key that has no flag of its own
 
     @property
     def has_flag(self) -> bool:
-        return self.kind not in ("dict", "list")
+        return self.flag and self.kind not in ("dict", "list")
 
 
 _KEYS = (
@@ -102,7 +109,7 @@ _KEYS = (
     ConfigKey("commands", "list", None, "Commands to run on a TPU pod (XLA; later)."),
     ConfigKey("tpu_vm", "list", None, "TPU VMs (XLA; later)."),
     ConfigKey("tpu_env", "list", None, "Env vars for a TPU pod (XLA; later)."),
-    ConfigKey("deepspeed_config", "dict", None, "DeepSpeed section (later issue)."),
+    ConfigKey("deepspeed_config", "dict", None, "DeepSpeed section (its keys below)."),
     ConfigKey("fsdp_config", "dict", None, "FSDP section (later issue)."),
     ConfigKey("megatron_lm_config", "dict", None, "Megatron-LM section (not supported)."),
     ConfigKey("dynamo_config", "dict", None, "torch.compile section (passed on as dynamo_backend)."),
@@ -112,6 +119,65 @@ _KEYS = (
     ConfigKey("parallelism_config", "dict", None, "Parallelism section (later issue)."),
 )
 KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
+
+DEEPSPEED_SECTION = "deepspeed_config"
+# Accelerate's `deepspeed_config:` keys. Those with a flag take a value, as in Accelerate
+# (`--zero3_init_flag true`), and are refused without DeepSpeed.
+_DEEPSPEED_KEYS = (
+    ConfigKey("deepspeed_config_file", "str", None, "DeepSpeed JSON config file (DeepSpeed only)."),
+    ConfigKey(
+        "zero_stage",
+        "int",
+        None,
+        "ZeRO stage, 0 to 3 (DeepSpeed only).",
+        tuple(str(stage) for stage in ZERO_STAGES),
+    ),
+    ConfigKey(
+        "offload_optimizer_device",
+        "choice",
+        None,
+        "Where ZeRO offloads optimizer states (DeepSpeed only).",
+        DEEPSPEED_OFFLOAD_DEVICES,
+    ),
+    ConfigKey(
+        "offload_param_device",
+        "choice",
+        None,
+        "Where ZeRO-3 offloads parameters (DeepSpeed only).",
+        DEEPSPEED_OFFLOAD_DEVICES,
+    ),
+    ConfigKey("offload_optimizer_nvme_path", "str", None, "NVMe folder for optimizer offload.", flag=False),
+    ConfigKey("offload_param_nvme_path", "str", None, "NVMe folder for parameter offload.", flag=False),
+    ConfigKey(
+        "gradient_accumulation_steps",
+        "int",
+        None,
+        "Used when the top-level key is not set.",
+        minimum=1,
+        flag=False,
+    ),
+    ConfigKey("gradient_clipping", "float", None, "Clip gradients to this norm (DeepSpeed only).", minimum=0),
+    ConfigKey("zero3_init_flag", "bool", None, "Build models sharded, with deepspeed.zero.Init (ZeRO-3)."),
+    ConfigKey("zero3_save_16bit_model", "bool", None, "Save ZeRO-3 models as one 16-bit state dict."),
+    ConfigKey(
+        "deepspeed_multinode_launcher",
+        "str",
+        None,
+        "Only 'standard': accel starts every machine through torch's elastic agent.",
+    ),
+)
+DEEPSPEED_KEYS: dict[str, ConfigKey] = {key.name: key for key in _DEEPSPEED_KEYS}
+# The sections of a file whose keys are typed; the other mappings are passed over unchecked.
+SECTIONS: dict[str, dict[str, ConfigKey]] = {DEEPSPEED_SECTION: DEEPSPEED_KEYS}
+# Section keys that are settings under their own name (flag, env var, `config show`), and the
+# section each comes from. A section key named like a top-level key (gradient_accumulation_steps)
+# is not: it is the top-level key's fallback.
+SECTION_SETTINGS: dict[str, ConfigKey] = {
+    name: key for name, key in DEEPSPEED_KEYS.items() if name not in KEYS
+}
+SECTION_OF: dict[str, str] = dict.fromkeys(SECTION_SETTINGS, DEEPSPEED_SECTION)
+# Every setting an effective config holds: the top-level keys, then the section settings.
+SETTINGS: dict[str, ConfigKey] = {**KEYS, **SECTION_SETTINGS}
 
 _TYPE_WORDS = {
     "bool": "true or false",
@@ -123,11 +189,16 @@ _TYPE_WORDS = {
 }
 
 
-def unknown_key_message(name: str) -> str:
-    """Return "key 'x' is unknown" with a did-you-mean suggestion when one is close."""
-    close = difflib.get_close_matches(name, list(KEYS), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"key '{name}' is unknown{hint}"
+def unknown_key_message(name: str, section: str | None = None) -> str:
+    """Return "key 'x' is unknown" with a did-you-mean suggestion when one is close.
+
+    In a section the key is named `section.x` and suggestions come from that section's keys.
+    """
+    known = list(SECTIONS[section]) if section is not None else list(KEYS)
+    close = difflib.get_close_matches(name, known, n=1)
+    prefix = f"{section}." if section is not None else ""
+    hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+    return f"key '{prefix}{name}' is unknown{hint}"
 
 
 def coerce_value(key: ConfigKey, value: Any) -> Any:
@@ -156,12 +227,18 @@ def coerce_value(key: ConfigKey, value: Any) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"must be {_TYPE_WORDS[kind]}, got {value!r}")
+        if key.choices and str(value) not in key.choices:
+            raise ConfigError(f"must be one of {', '.join(key.choices)}, got {value}")
         if key.minimum is not None and value < key.minimum:
             raise ConfigError(f"must be at least {key.minimum}, got {value}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"must be {_TYPE_WORDS[kind]}, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"must be a finite number, got {value}")
+        if key.minimum is not None and value < key.minimum:
+            raise ConfigError(f"must be at least {key.minimum}, got {value}")
         return float(value)
     if kind == "str":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -191,4 +268,20 @@ def check_file_values(data: Any, where: str) -> dict[str, Any]:
             values[name] = coerce_value(KEYS[name], value)
         except ConfigError as error:
             raise ConfigError(f"{where}: key '{name}' {error}") from None
+        if name in SECTIONS and values[name] is not None:
+            values[name] = check_section_values(name, values[name], where)
+    return values
+
+
+def check_section_values(section: str, data: Mapping[Any, Any], where: str) -> dict[str, Any]:
+    """Return the checked keys of a typed section; raise ConfigError naming `where` and `section.key`."""
+    keys = SECTIONS[section]
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        if not isinstance(name, str) or name not in keys:
+            raise ConfigError(f"{where}: {unknown_key_message(str(name), section)}")
+        try:
+            values[name] = coerce_value(keys[name], value)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: key '{section}.{name}' {error}") from None
     return values

@@ -12,15 +12,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel_launch.config_schema import KEYS, ConfigError, coerce_value
+from accel_launch.config_schema import (
+    DEEPSPEED_SECTION,
+    SECTION_OF,
+    SECTION_SETTINGS,
+    SETTINGS,
+    ConfigError,
+    coerce_value,
+)
 from accel_state.choices import CPU_DISTRIBUTED_TYPES, LAUNCHABLE_DISTRIBUTED_TYPES, MIXED_PRECISION_CHOICES
 
 DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
+DEEPSPEED = "DEEPSPEED"
+# The one DeepSpeed multi-machine launcher accel has: torch's elastic agent on every machine.
+STANDARD_MULTINODE_LAUNCHER = "standard"
 
 
 @dataclass(frozen=True)
 class EffectiveConfig:
-    """Every key's value and its source ("default", "file", "env" or "flag"), and the file read."""
+    """Every setting's value and its source ("default", "file", "env" or "flag"), and the file read.
+
+    The settings are the file's top-level keys and the keys of its typed sections under their
+    own names (`zero_stage` for `deepspeed_config.zero_stage`).
+    """
 
     values: dict[str, Any]
     sources: dict[str, str]
@@ -42,8 +56,14 @@ class EffectiveConfig:
         if source == ENV:
             return f"environment variable {self.env_names[name]}"
         if source == FILE:
-            return f"{self.path}: key '{name}'"
+            section = SECTION_OF.get(name)
+            return f"{self.path}: key '{section}.{name}'" if section else f"{self.path}: key '{name}'"
         return f"default {name}"
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        """True when the job is a DeepSpeed one (`--use_deepspeed` or `distributed_type: DEEPSPEED`)."""
+        return self.given("distributed_type") == DEEPSPEED
 
 
 def config_env_names() -> dict[str, str]:
@@ -58,6 +78,13 @@ def config_env_names() -> dict[str, str]:
         "downcast_bf16": env_vars.DOWNCAST_BF16,
         "enable_cpu_affinity": env_vars.ENABLE_CPU_AFFINITY,
         "dynamo_backend": env_vars.DYNAMO_BACKEND,
+        "gradient_clipping": env_vars.GRADIENT_CLIPPING,
+        "deepspeed_config_file": env_vars.DEEPSPEED_CONFIG_FILE,
+        "zero_stage": env_vars.DEEPSPEED_ZERO_STAGE,
+        "offload_optimizer_device": env_vars.DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE,
+        "offload_param_device": env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE,
+        "zero3_init_flag": env_vars.DEEPSPEED_ZERO3_INIT,
+        "zero3_save_16bit_model": env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL,
     }
 
 
@@ -71,9 +98,13 @@ def resolve_config(
     """Return the merged config; `flags` holds only the flags given on the command line."""
     environ = os.environ if environ is None else environ
     env_names = config_env_names()
-    values = {name: key.default for name, key in KEYS.items()}
-    sources = dict.fromkeys(KEYS, DEFAULT)
+    values = {name: key.default for name, key in SETTINGS.items()}
+    sources = dict.fromkeys(SETTINGS, DEFAULT)
     for name, value in (file_values or {}).items():
+        if value is not None:
+            values[name], sources[name] = value, FILE
+    for name in SECTION_SETTINGS:
+        value = ((file_values or {}).get(SECTION_OF[name]) or {}).get(name)
         if value is not None:
             values[name], sources[name] = value, FILE
     for name, var in env_names.items():
@@ -82,7 +113,7 @@ def resolve_config(
             values[name], sources[name] = _env_value(name, var, raw.strip()), ENV
     for name, value in flags.items():
         if value is not None:
-            values[name], sources[name] = value, FLAG
+            values[name], sources[name] = _flag_value(name, value), FLAG
     dynamo = values.get("dynamo_config") or {}
     if values["dynamo_backend"] is None and isinstance(dynamo, dict) and dynamo.get("dynamo_backend"):
         values["dynamo_backend"], sources["dynamo_backend"] = (
@@ -90,12 +121,44 @@ def resolve_config(
             sources["dynamo_config"],
         )
     config = EffectiveConfig(values, sources, path, env_names)
+    if config.uses_deepspeed:
+        _take_section_gradient_accumulation(config)
     check_combinations(config)
     return config
 
 
+def _flag_value(name: str, value: Any) -> Any:
+    # click has checked the type; the choices of the section settings (zero_stage 0-3, a clipping
+    # norm of 0 or more) are checked here, with the file's words.
+    if name not in SECTION_SETTINGS:
+        return value
+    try:
+        return coerce_value(SECTION_SETTINGS[name], value)
+    except ConfigError as error:
+        raise ConfigError(f"--{name} {error}") from None
+
+
+def _take_section_gradient_accumulation(config: EffectiveConfig) -> None:
+    """Use `deepspeed_config.gradient_accumulation_steps` when nothing set the top-level key.
+
+    Accelerate writes it in the section; a file giving both keys different values is refused.
+    """
+    section = config.values.get(DEEPSPEED_SECTION) or {}
+    steps = section.get("gradient_accumulation_steps")
+    name = "gradient_accumulation_steps"
+    if steps is None:
+        return
+    if config.sources[name] == DEFAULT:
+        config.values[name], config.sources[name] = steps, FILE
+    elif config.sources[name] == FILE and config.values[name] != steps:
+        raise ConfigError(
+            f"{config.path}: key '{name}' is {config.values[name]} but key '{DEEPSPEED_SECTION}.{name}' "
+            f"is {steps}; keep one of them"
+        )
+
+
 def _env_value(name: str, var: str, raw: str) -> Any:
-    key = KEYS[name]
+    key = SETTINGS[name]
     value: Any = raw
     if key.kind == "bool":
         words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "off": False}
@@ -107,6 +170,11 @@ def _env_value(name: str, var: str, raw: str) -> Any:
             value = int(raw)
         except ValueError:
             raise ConfigError(f"environment variable {var}={raw!r} is not an integer") from None
+    elif key.kind == "float":
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"environment variable {var}={raw!r} is not a number") from None
     try:
         return coerce_value(key, value)
     except ConfigError as error:
@@ -126,6 +194,7 @@ def infer_distributed_type(config: EffectiveConfig, cuda_available: bool) -> str
 def check_combinations(config: EffectiveConfig) -> None:
     """Raise ConfigError for values that cannot go together, naming where the culprit was set."""
     values = config.values
+    _check_deepspeed_flags_need_deepspeed(config)
     if values["machine_rank"] >= values["num_machines"]:
         raise ConfigError(
             f"{config.where('machine_rank')} must be below num_machines ({values['num_machines']}), "
@@ -153,6 +222,28 @@ def check_combinations(config: EffectiveConfig) -> None:
     if values["use_cpu"] and distributed_type not in CPU_DISTRIBUTED_TYPES:
         raise ConfigError(
             f"{where} is {distributed_type} but {config.where('use_cpu')} is true; use MULTI_CPU on the CPU"
+        )
+    if distributed_type == DEEPSPEED:
+        _check_multinode_launcher(config)
+
+
+def _check_deepspeed_flags_need_deepspeed(config: EffectiveConfig) -> None:
+    """Raise ConfigError for a DeepSpeed flag given to a job that is not a DeepSpeed one."""
+    if config.uses_deepspeed:
+        return
+    for name in SECTION_SETTINGS:
+        if config.sources[name] == FLAG:
+            raise ConfigError(
+                f"--{name} is a DeepSpeed option: add --use_deepspeed (or set distributed_type: DEEPSPEED)"
+            )
+
+
+def _check_multinode_launcher(config: EffectiveConfig) -> None:
+    launcher = config["deepspeed_multinode_launcher"]
+    if launcher is not None and launcher != STANDARD_MULTINODE_LAUNCHER:
+        raise ConfigError(
+            f"{config.where('deepspeed_multinode_launcher')} is {launcher!r}, but accel launches DeepSpeed "
+            "jobs through torch's elastic agent on every machine: only 'standard' is accepted"
         )
 
 

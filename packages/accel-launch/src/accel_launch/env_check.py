@@ -13,8 +13,15 @@ import math
 from collections.abc import Callable, Mapping
 
 from accel_launch.config_schema import ConfigError
+from accel_launch.deepspeed_launch import json_config_problem
 from accel_state import env_vars
-from accel_state.choices import LAUNCHABLE_DISTRIBUTED_TYPES, LOG_LEVEL_CHOICES, MIXED_PRECISION_CHOICES
+from accel_state.choices import (
+    DEEPSPEED_OFFLOAD_DEVICES,
+    LAUNCHABLE_DISTRIBUTED_TYPES,
+    LOG_LEVEL_CHOICES,
+    MIXED_PRECISION_CHOICES,
+    ZERO_STAGES,
+)
 
 # The words accel_state.env_vars.read_flag accepts.
 _BOOLEAN_WORDS = {"1", "true", "yes", "on", "0", "false", "no", "off"}
@@ -38,6 +45,19 @@ def _positive_seconds(raw: str) -> str | None:
     except ValueError:
         return "is not a number of seconds"
     return None if math.isfinite(value) and value > 0 else "must be a finite number of seconds above 0"
+
+
+def _norm(raw: str) -> str | None:
+    try:
+        value = float(raw)
+    except ValueError:
+        return "is not a number"
+    return None if math.isfinite(value) and value >= 0 else "must be a finite number of 0 or more"
+
+
+def _deepspeed_json(raw: str) -> str | None:
+    problem = json_config_problem(raw)
+    return None if problem is None else f"is not a usable DeepSpeed config ({problem})"
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
@@ -65,6 +85,13 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.DOWNCAST_BF16: _boolean,
     env_vars.ENABLE_CPU_AFFINITY: _boolean,
     env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend name, which torch checks when compiling
+    env_vars.GRADIENT_CLIPPING: _norm,
+    env_vars.DEEPSPEED_CONFIG_FILE: _deepspeed_json,
+    env_vars.DEEPSPEED_ZERO_STAGE: _one_of(tuple(str(stage) for stage in ZERO_STAGES)),
+    env_vars.DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE: _one_of(DEEPSPEED_OFFLOAD_DEVICES),
+    env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE: _one_of(DEEPSPEED_OFFLOAD_DEVICES),
+    env_vars.DEEPSPEED_ZERO3_INIT: _boolean,
+    env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL: _boolean,
     env_vars.CHECK_COLLECTIVES: _boolean,
     env_vars.LOG_LEVEL: _one_of(LOG_LEVEL_CHOICES),
     env_vars.LAUNCHED: _anything,  # the launcher sets it to 1 whatever it was

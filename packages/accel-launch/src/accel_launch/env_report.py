@@ -8,9 +8,10 @@ import os
 import platform
 import sys
 
+from accel_launch.config_schema import SECTIONS
 from accel_launch.effective_config import EffectiveConfig
 
-ACCEL_DISTRIBUTIONS = ("accel", "accel-state", "accel-data", "accel-amp", "accel-launch")
+ACCEL_DISTRIBUTIONS = ("accel", "accel-state", "accel-data", "accel-amp", "accel-launch", "accel-deepspeed")
 # Reported by version only: importing them is slow and may start runtimes.
 OPTIONAL_DISTRIBUTIONS = (("deepspeed", "deepspeed"), ("torch_xla", "torch-xla"))
 
@@ -54,6 +55,8 @@ def config_lines(config: EffectiveConfig) -> list[str]:
     for name, value in config.values.items():
         if value is None and config.sources[name] == "default":
             continue
+        if name in SECTIONS:
+            continue  # its keys are listed under their own names
         source = config.sources[name]
         if source == "env":
             source = f"env {config.env_names[name]}"

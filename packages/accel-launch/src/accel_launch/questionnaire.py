@@ -1,7 +1,7 @@
 """The questions of `accel config`, and the no-question config of `accel config default`.
 
-Both return a plain dict of config keys; writing it is config_file's job. DeepSpeed and XLA
-questions belong to their own issues (their keys are already accepted in a file).
+Both return a plain dict of config keys; writing it is config_file's job. DeepSpeed gets the
+questions of its `deepspeed_config:` section; XLA questions belong to their own issue.
 """
 
 from __future__ import annotations
@@ -10,8 +10,14 @@ from typing import Any
 
 import click
 
-from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, RDZV_BACKENDS
-from accel_state.choices import DEFAULT_MASTER_PORT, LAUNCHABLE_DISTRIBUTED_TYPES, MIXED_PRECISION_CHOICES
+from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, DEEPSPEED_SECTION, RDZV_BACKENDS
+from accel_state.choices import (
+    DEEPSPEED_OFFLOAD_DEVICES,
+    DEFAULT_MASTER_PORT,
+    LAUNCHABLE_DISTRIBUTED_TYPES,
+    MIXED_PRECISION_CHOICES,
+    ZERO_STAGES,
+)
 
 
 def ask_config() -> dict[str, Any]:
@@ -37,6 +43,8 @@ def ask_config() -> dict[str, Any]:
             type=click.IntRange(min=1),
             default=2 if distributed_type == "MULTI_CPU" else 1,
         )
+    if distributed_type == "DEEPSPEED":
+        config[DEEPSPEED_SECTION] = _ask_deepspeed(config["num_machines"])
     if distributed_type == "MULTI_GPU":
         config["use_cpu"] = False
         config["gpu_ids"] = click.prompt(
@@ -61,6 +69,46 @@ def ask_config() -> dict[str, Any]:
         default=1,
     )
     return config
+
+
+def _ask_deepspeed(num_machines: int) -> dict[str, Any]:
+    """Return the `deepspeed_config:` section from the answers: a JSON file, or the ZeRO options."""
+    section: dict[str, Any] = {}
+    config_file = click.prompt(
+        "Path to a DeepSpeed JSON config file (leave empty to answer the ZeRO questions instead)",
+        default="",
+        show_default=False,
+    ).strip()
+    if config_file:
+        section["deepspeed_config_file"] = config_file
+    else:
+        stage = click.prompt(
+            "Which ZeRO stage do you want to use?",
+            type=click.Choice([str(stage) for stage in ZERO_STAGES]),
+            default="2",
+        )
+        section["zero_stage"] = int(stage)
+        if section["zero_stage"] >= 2:
+            section["offload_optimizer_device"] = click.prompt(
+                "Where should optimizer states be offloaded?",
+                type=click.Choice(DEEPSPEED_OFFLOAD_DEVICES),
+                default="none",
+            )
+        if section["zero_stage"] == 3:
+            section["offload_param_device"] = click.prompt(
+                "Where should parameters be offloaded?",
+                type=click.Choice(DEEPSPEED_OFFLOAD_DEVICES),
+                default="none",
+            )
+            section["zero3_init_flag"] = click.confirm(
+                "Build models sharded across ranks (deepspeed.zero.Init)?", default=True
+            )
+            section["zero3_save_16bit_model"] = click.confirm(
+                "Save models as one 16-bit state dict?", default=False
+            )
+    if num_machines > 1:
+        section["deepspeed_multinode_launcher"] = "standard"  # the only one: torch's elastic agent
+    return section
 
 
 def _ask_machines() -> dict[str, Any]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accel_launch.deepspeed_launch import deepspeed_env, visible_gpu
 from accel_launch.launch_options import LaunchOptions
 from accel_launch.ports import (
     LOCALHOST,
@@ -45,12 +46,13 @@ def build_torchrun_call(
     *,
     free_port: Callable[[], int] = find_free_port,
     environ: Mapping[str, str] | None = None,
+    gpu_visible: Callable[[Mapping[str, str]], bool] | None = None,
 ) -> TorchrunCall:
     """Return the torchrun argv and worker env for running `script script_args` under `options`."""
     environ = os.environ if environ is None else environ
     return TorchrunCall(
         argv=torchrun_argv(options, script, script_args, free_port=free_port),
-        env=worker_env(options, environ),
+        env=worker_env(options, environ, gpu_visible=gpu_visible),
     )
 
 
@@ -120,8 +122,17 @@ def _rendezvous_argv(options: LaunchOptions, free_port: Callable[[], int]) -> li
     ]  # fmt: skip
 
 
-def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, str]:
-    """Return the env vars to add for the workers (the launcher's own environment is inherited)."""
+def worker_env(
+    options: LaunchOptions,
+    environ: Mapping[str, str],
+    *,
+    gpu_visible: Callable[[Mapping[str, str]], bool] | None = None,
+) -> dict[str, str]:
+    """Return the env vars to add for the workers (the launcher's own environment is inherited).
+
+    `gpu_visible(env)` tells a DeepSpeed job whether the workers would see a GPU (default:
+    `visible_gpu`, which reads this machine's device files).
+    """
     env = {env_vars.LAUNCHED: "1"}
     if options.cpu:
         env[env_vars.USE_CPU] = "1"
@@ -131,7 +142,9 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.GRADIENT_ACCUMULATION_STEPS] = str(options.gradient_accumulation_steps)
     if options.debug:
         env[env_vars.DEBUG_MODE] = "1"
-    if options.distributed_type is not None:
+    if options.deepspeed is not None:
+        env[env_vars.DISTRIBUTED_TYPE] = "DEEPSPEED"
+    elif options.distributed_type is not None:
         env[env_vars.DISTRIBUTED_TYPE] = options.distributed_type
     if options.downcast_bf16:
         env[env_vars.DOWNCAST_BF16] = "1"
@@ -141,6 +154,14 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.DYNAMO_BACKEND] = options.dynamo_backend
     if options.gpu_ids not in (None, "all") and not options.cpu:
         env["CUDA_VISIBLE_DEVICES"] = str(options.gpu_ids)
+    if options.deepspeed is not None:
+        # Judged on what the workers will see: this env, then --env pairs on top of it.
+        seen = {**environ, **env, **options.env}
+        env.update(
+            deepspeed_env(
+                options.deepspeed, cpu=options.cpu, environ=seen, gpu_visible=gpu_visible or visible_gpu
+            )
+        )
     if not options.is_multi_machine:
         # Their listening sockets would otherwise take the address the host name resolves to.
         interface = loopback_interface()

@@ -64,6 +64,16 @@ class ProcessGroupOptions:
     init_method: str | None = None
 
 
+@dataclass(frozen=True)
+class ExplicitOption:
+    """A run option the script or the launcher set explicitly, and where (for messages)."""
+
+    value: Any
+    source: (
+        str  # e.g. "Accelerator(mixed_precision='bf16')", "--mixed_precision (ACCEL_MIXED_PRECISION=bf16)"
+    )
+
+
 @dataclass
 class BackendOptions:
     """Everything a backend is built with besides the process facts.
@@ -77,6 +87,9 @@ class BackendOptions:
     ddp_kwargs: dict[str, Any] = field(default_factory=dict)
     ddp_comm_hook: CommHookOptions = field(default_factory=CommHookOptions)
     plugin: Any = None
+    # Options set explicitly ("mixed_precision", "gradient_accumulation_steps"), for an engine whose
+    # own config may set them too: it refuses a conflict instead of picking one silently.
+    explicit: dict[str, ExplicitOption] = field(default_factory=dict)
 
 
 class ProcessFacts(Protocol):
@@ -130,8 +143,9 @@ class Backend(Protocol):
         max_norm: float,
         norm_type: float = 2.0,
         optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> torch.Tensor:
-        """Clip gradients to a total norm (unscaling `optimizers` first); return the norm before."""
+    ) -> torch.Tensor | None:
+        """Clip gradients to a total norm (unscaling `optimizers` first); return the norm before,
+        or None where an engine clips inside its own step (DeepSpeed), when the norm is not known yet."""
 
     def clip_grad_value_(
         self,

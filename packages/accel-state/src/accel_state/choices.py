@@ -18,12 +18,27 @@ CONFIG_MIXED_PRECISION_CHOICES = (*MIXED_PRECISION_CHOICES, "fp8")
 # Level names ACCEL_LOG_LEVEL takes (any case), those of the standard `logging` module.
 LOG_LEVEL_CHOICES = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
-# Distributed types `accel launch` can start (and `accel config` offers).
+# Distributed types `accel launch` can start (and `accel config` offers). DEEPSPEED needs the
+# accel-deepspeed adapter in the workers; the launcher starts it through torch's elastic agent too.
 LAUNCHABLE_DISTRIBUTED_TYPES = tuple(
-    kind.value for kind in (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+    kind.value
+    for kind in (
+        DistributedType.NO,
+        DistributedType.MULTI_CPU,
+        DistributedType.MULTI_GPU,
+        DistributedType.DEEPSPEED,
+    )
 )
-# Those a job may run on the CPU with.
-CPU_DISTRIBUTED_TYPES = (DistributedType.NO.value, DistributedType.MULTI_CPU.value)
+# Those a job may run on the CPU with (DeepSpeed has a CPU accelerator).
+CPU_DISTRIBUTED_TYPES = (
+    DistributedType.NO.value,
+    DistributedType.MULTI_CPU.value,
+    DistributedType.DEEPSPEED.value,
+)
 # Every value of Accelerate's `distributed_type` key, accepted in a config file: each member of the
 # enum, which holds all of Accelerate's.
 CONFIG_DISTRIBUTED_TYPES = tuple(kind.value for kind in DistributedType)
+
+# DeepSpeed: the ZeRO stages and where ZeRO may offload optimizer states and parameters.
+ZERO_STAGES = (0, 1, 2, 3)
+DEEPSPEED_OFFLOAD_DEVICES = ("none", "cpu", "nvme")

@@ -19,6 +19,17 @@ DISTRIBUTED_TYPE = "ACCEL_DISTRIBUTED_TYPE"  # which backend sets the process up
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
 ENABLE_CPU_AFFINITY = "ACCEL_ENABLE_CPU_AFFINITY"
 DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
+# DeepSpeed options (`accel launch --use_deepspeed ...`, the config's `deepspeed_config:`), read by
+# accel_deepspeed's DeepSpeedPlugin for the fields a script leaves unset.
+GRADIENT_CLIPPING = "ACCEL_GRADIENT_CLIPPING"
+DEEPSPEED_CONFIG_FILE = "ACCEL_DEEPSPEED_CONFIG_FILE"
+DEEPSPEED_ZERO_STAGE = "ACCEL_DEEPSPEED_ZERO_STAGE"
+DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE = "ACCEL_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"
+DEEPSPEED_OFFLOAD_PARAM_DEVICE = "ACCEL_DEEPSPEED_OFFLOAD_PARAM_DEVICE"
+DEEPSPEED_ZERO3_INIT = "ACCEL_DEEPSPEED_ZERO3_INIT"
+DEEPSPEED_ZERO3_SAVE_16BIT_MODEL = "ACCEL_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"
+# DeepSpeed's own: which accelerator it drives ("cpu" on a machine without GPUs).
+DS_ACCELERATOR = "DS_ACCELERATOR"
 # Set by the user, read by the library alone: "0" skips the cross-rank check of inputs before
 # gather/broadcast/reduce (on by default; debug mode checks anyway).
 CHECK_COLLECTIVES = "ACCEL_CHECK_COLLECTIVES"

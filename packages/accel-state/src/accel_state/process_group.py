@@ -51,6 +51,16 @@ def init_process_group(
     return True
 
 
+def init_single_process_group(backend: str, timeout: datetime.timedelta) -> bool:
+    """Make this lone process a process group of one (for engines that need a group to exist);
+    return True if this call created it. Its store lives in memory: no port is opened."""
+    if dist.is_initialized():
+        return False
+    dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    _register_teardown()
+    return True
+
+
 def _elastic_store(found: LaunchEnvironment, timeout: datetime.timedelta) -> dist.Store:
     """Return the job's TCPStore, as torch's env:// rendezvous would open it.
 

@@ -1,7 +1,10 @@
 """accel: run a plain PyTorch training loop on one or many processes, unchanged."""
 
+from typing import Any
+
 from accel.__about__ import __version__
 from accel.accelerator import Accelerator
+from accel.adapter_names import ADAPTER_NAMES, adapter_name
 from accel.checkpoint_errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.kwargs_handlers import (
@@ -75,3 +78,12 @@ __all__ = [
     "notebook_launcher",
     "set_seed",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # DeepSpeedPlugin, DummyOptim, ...: from their adapter package, on first use.
+    return adapter_name(name, __name__)
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *ADAPTER_NAMES])

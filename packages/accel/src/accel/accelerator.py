@@ -22,6 +22,7 @@ from accel import metrics as _metrics
 from accel.checkpoint_registry import CheckpointRegistry
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.experiment_tracking import ExperimentTracking
+from accel.explicit_options import explicit_options
 from accel.gradient_accumulation import resolve_accumulation_plugin
 from accel.handler_options import KwargsHandlers
 from accel.kwargs_handlers import AutocastKwargs, ProfileKwargs
@@ -66,16 +67,31 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
         kwargs_handlers: list[KwargsHandler] | None = None,
         log_with: Any = None,
+        deepspeed_plugin: Any = None,
     ) -> None:
+        """`deepspeed_plugin` (a `DeepSpeedPlugin`, accel[deepspeed]) runs the job on DeepSpeed; like
+        every backend plugin it names its distributed type and reaches the backend untouched."""
         handlers = KwargsHandlers.from_list(kwargs_handlers)
         self.ddp_handler = handlers.ddp_handler
         self.scaler_handler = handlers.scaler_handler
         self.init_handler = handlers.init_handler
         self.autocast_handler = handlers.autocast_handler
         self.profile_handler = handlers.profile_handler
+        self.fp8_recipe_handler = None  # Accelerate's name; accel runs no fp8
         plugin = resolve_accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
         state_kwargs = handlers.state_kwargs(timeout)
-        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu, **state_kwargs)
+        backend_plugin = deepspeed_plugin
+        wanted_type = getattr(backend_plugin, "distributed_type", None)
+        self.state = AcceleratorState(
+            mixed_precision=mixed_precision, cpu=cpu, distributed_type=wanted_type, **state_kwargs
+        )
+        if wanted_type is not None and self.state.distributed_type != wanted_type:
+            raise RuntimeError(
+                f"{type(backend_plugin).__name__} asks for a {wanted_type.value} run, but this process was "
+                f"already set up as {self.state.distributed_type.value} (a PartialState built earlier): "
+                "build "
+                "the Accelerator first, or launch with the matching `accel launch` flags"
+            )
         self.device_placement = device_placement
         config = dataclasses.replace(dataloader_config or DataLoaderConfiguration())
         if split_batches is not None:
@@ -88,7 +104,13 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self.gradient_state = GradientState(gradient_accumulation_plugin=plugin)
         precision = precision_policy(self.state.mixed_precision, self.device, **handlers.precision_kwargs())
         options = handlers.backend_options(precision, ddp_kwargs)
+        options.plugin = backend_plugin
+        options.explicit = explicit_options(
+            mixed_precision, gradient_accumulation_steps, gradient_accumulation_plugin
+        )
         self.backend = create_backend(self.state.distributed_type, self.state._partial, options)
+        # An engine with its own config may settle the precision (DeepSpeed's JSON): the state reports it.
+        self.state.mixed_precision = self.backend.precision.mode
         self.step = 0
         self.prepared = PreparedObjects()
         self.project_configuration = project_config or ProjectConfiguration(project_dir=project_dir)
@@ -103,6 +125,11 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         return self.state.mixed_precision
 
     @property
+    def deepspeed_plugin(self) -> Any:
+        """The DeepSpeedPlugin of a DeepSpeed run (None otherwise), as Accelerate names it."""
+        return getattr(self.backend, "deepspeed_plugin", None)
+
+    @property
     def split_batches(self) -> bool:
         return self.dataloader_config.split_batches
 
@@ -113,6 +140,13 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     @property
     def gradient_accumulation_steps(self) -> int:
         return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        # Scripts that find their batch size at run time set it (Accelerate allows it).
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {steps!r}")
+        self.gradient_state.num_steps = steps
 
     @property
     def sync_gradients(self) -> bool:
@@ -309,8 +343,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     def clip_grad_norm_(
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
-    ) -> torch.Tensor:
-        """Clip gradients (after unscaling) to `max_norm`; return their total norm before clipping."""
+    ) -> torch.Tensor | None:
+        """Clip gradients (after unscaling) to `max_norm`; return their total norm before clipping
+        (None under DeepSpeed, whose engine clips, and measures the norm, inside its step)."""
         optimizers = self._raw_optimizers()
         return self.backend.clip_grad_norm_(parameters, max_norm, norm_type, optimizers=optimizers)
 

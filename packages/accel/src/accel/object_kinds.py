@@ -13,7 +13,14 @@ OTHER = "other"
 
 
 def kind_of(obj: Any) -> str:
-    """Return which kind of training object `obj` is."""
+    """Return which kind of training object `obj` is.
+
+    An adapter's stand-in object (DeepSpeed's DummyOptim) declares its kind with a class attribute
+    `prepare_kind` naming one of the kinds above.
+    """
+    declared = getattr(type(obj), "prepare_kind", None)
+    if declared in (MODEL, OPTIMIZER, SCHEDULER, DATA_LOADER):
+        return str(declared)
     if isinstance(obj, torch.nn.Module):
         return MODEL
     if isinstance(obj, torch.optim.Optimizer):

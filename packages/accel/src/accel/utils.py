@@ -6,8 +6,12 @@ cost nothing to a script that does not use them.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
+from accel.adapter_names import adapter_name
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.kwargs_handlers import (
     AutocastKwargs,
@@ -18,8 +22,10 @@ from accel.kwargs_handlers import (
 )
 from accel.project_config import ProjectConfiguration
 from accel.tracking import LoggerType
+from accel_data.rng_sync import synchronize_rng_states
 from accel_state import (
     DDPCommunicationHookType,
+    DistributedOperationException,
     DistributedType,
     GradientAccumulationPlugin,
     KwargsHandler,
@@ -94,6 +100,22 @@ from accel_state.availability import (
 )
 
 
+@contextlib.contextmanager
+def patch_environment(**kwargs: Any) -> Iterator[None]:
+    """Set environment variables (names upper-cased, values as strings) inside the block, then
+    restore what was there before (Accelerate's helper)."""
+    saved = {key.upper(): os.environ.get(key.upper()) for key in kwargs}
+    os.environ.update({key.upper(): str(value) for key, value in kwargs.items()})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     """Return the element-wise mean (or `reduction="sum"`) over ranks of every tensor, times `scale`.
 
@@ -105,6 +127,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
 
 __all__ = [
     "DataLoaderConfiguration",
+    "DistributedOperationException",
     "DistributedType",
     "ProjectConfiguration",
     "broadcast",
@@ -168,11 +191,13 @@ __all__ = [
     "is_wandb_available",
     "is_xpu_available",
     "pad_across_processes",
+    "patch_environment",
     "recursively_apply",
     "reduce",
     "release_memory",
     "send_to_device",
     "set_seed",
+    "synchronize_rng_states",
     # Handlers and plugins (Accelerate keeps them in accelerate.utils too)
     "AutocastKwargs",
     "DDPCommunicationHookType",
@@ -184,3 +209,8 @@ __all__ = [
     "LoggerType",
     "ProfileKwargs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # DeepSpeedPlugin, DummyOptim, DummyScheduler: from accel-deepspeed, on first use.
+    return adapter_name(name, __name__)

@@ -1,0 +1,169 @@
+"""`DeepSpeedPlugin`: what a script (or `accel launch --use_deepspeed ...`) asks of DeepSpeed.
+
+Fields a script leaves unset are taken from the launcher's environment (`--zero_stage`, the
+config's `deepspeed_config:` section); each value remembers where it came from, so that a conflict
+with the user's DeepSpeed JSON can name both sides. Importing this module imports no deepspeed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from accel_deepspeed.config_errors import DeepSpeedConfigError, Setting
+from accel_state import env_vars
+from accel_state.choices import DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
+from accel_state.distributed_type import DistributedType
+
+# Field -> (environment variable the launcher writes, the flag that writes it).
+_FROM_LAUNCHER: dict[str, tuple[str, str]] = {
+    "zero_stage": (env_vars.DEEPSPEED_ZERO_STAGE, "--zero_stage"),
+    "gradient_clipping": (env_vars.GRADIENT_CLIPPING, "--gradient_clipping"),
+    "offload_optimizer_device": (env_vars.DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE, "--offload_optimizer_device"),
+    "offload_param_device": (env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE, "--offload_param_device"),
+    "zero3_init_flag": (env_vars.DEEPSPEED_ZERO3_INIT, "--zero3_init_flag"),
+    "zero3_save_16bit_model": (env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL, "--zero3_save_16bit_model"),
+    "hf_ds_config": (env_vars.DEEPSPEED_CONFIG_FILE, "--deepspeed_config_file"),
+}
+_READERS: dict[str, Callable[[str], Any]] = {
+    "zero_stage": env_vars.read_int,
+    "gradient_clipping": env_vars.read_float,
+    "offload_optimizer_device": env_vars.read_str,
+    "offload_param_device": env_vars.read_str,
+    "zero3_init_flag": env_vars.read_flag,
+    "zero3_save_16bit_model": env_vars.read_flag,
+    "hf_ds_config": env_vars.read_str,
+}
+
+
+@dataclass
+class DeepSpeedPlugin:
+    """DeepSpeed options, under Accelerate's names.
+
+    `hf_ds_config` is your own DeepSpeed JSON (a path or a dict); its `"auto"` values are filled
+    from what `prepare()` sees. Every other field left at None comes from the launcher, else from
+    the JSON, else from the default (ZeRO stage 2 without a JSON, no offload, no clipping). A field
+    that the JSON sets to a different value is an error naming both, never a silent pick.
+    """
+
+    distributed_type: ClassVar[DistributedType] = DistributedType.DEEPSPEED
+
+    hf_ds_config: Any = None
+    gradient_accumulation_steps: int | None = None
+    gradient_clipping: float | None = None
+    zero_stage: int | None = None
+    is_train_batch_min: bool = True
+    offload_optimizer_device: str | None = None
+    offload_param_device: str | None = None
+    offload_optimizer_nvme_path: str | None = None
+    offload_param_nvme_path: str | None = None
+    zero3_init_flag: bool | None = None
+    zero3_save_16bit_model: bool | None = None
+    # name -> Setting(value, where it came from), for every field set by the script or the launcher.
+    settings: dict[str, Setting] = field(default_factory=dict, init=False, repr=False)
+    deepspeed_config: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    config_source: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, (variable, flag) in _FROM_LAUNCHER.items():
+            value = getattr(self, name)
+            if value is not None:
+                self.settings[name] = Setting(value, f"DeepSpeedPlugin({name}={value!r})")
+                continue
+            value = _READERS[name](variable)
+            if value is not None and (
+                name not in ("zero3_init_flag", "zero3_save_16bit_model") or variable in os.environ
+            ):
+                setattr(self, name, value)
+                self.settings[name] = Setting(value, f"{flag} ({variable}={os.environ.get(variable)})")
+        if self.gradient_accumulation_steps is not None:
+            self.settings["gradient_accumulation_steps"] = Setting(
+                self.gradient_accumulation_steps,
+                f"DeepSpeedPlugin(gradient_accumulation_steps={self.gradient_accumulation_steps!r})",
+            )
+        for name in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
+            if getattr(self, name) is not None:
+                self.settings[name] = Setting(getattr(self, name), f"DeepSpeedPlugin({name}=...)")
+        self._check_values()
+        self.deepspeed_config, self.config_source = _load_user_config(self.hf_ds_config, self.settings)
+
+    def _check_values(self) -> None:
+        def refuse(name: str, problem: str) -> None:
+            setting = self.settings.get(name)
+            where = setting.source if setting is not None else f"DeepSpeedPlugin({name}=...)"
+            raise DeepSpeedConfigError(f"{where}: {problem}")
+
+        if self.zero_stage is not None and self.zero_stage not in ZERO_STAGES:
+            refuse("zero_stage", f"the ZeRO stage must be one of {ZERO_STAGES}")
+        for name in ("offload_optimizer_device", "offload_param_device"):
+            value = getattr(self, name)
+            if value is not None and str(value).lower() not in DEEPSPEED_OFFLOAD_DEVICES:
+                refuse(name, f"the offload device must be one of {', '.join(DEEPSPEED_OFFLOAD_DEVICES)}")
+        steps = self.gradient_accumulation_steps
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            refuse("gradient_accumulation_steps", "must be a positive integer")
+        clip = self.gradient_clipping
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or clip < 0):
+            refuse("gradient_clipping", "must be a number >= 0 (0 clips nothing)")
+
+    # Accelerate's helpers ---------------------------------------------------------------------
+    def is_zero3_init_enabled(self) -> bool:
+        """True when models are to be built partitioned (ZeRO-3 with `zero3_init_flag`)."""
+        return bool(self.zero3_init_flag) and self.stage == 3
+
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage this plugin asks for (the script's or launcher's, else the JSON's, else 2)."""
+        if self.zero_stage is not None:
+            return int(self.zero_stage)
+        stage = self.deepspeed_config.get("zero_optimization", {}).get("stage")
+        if isinstance(stage, int):
+            return stage
+        return 2 if self.config_source is None else 0
+
+    def zero3_init_context_manager(self, enable: bool = False) -> Any:
+        """Return the context in which models are built already partitioned (ZeRO-3), else a no-op."""
+        import contextlib
+
+        if not (enable or self.is_zero3_init_enabled()) or self.stage != 3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        return deepspeed.zero.Init(config_dict_or_path={"zero_optimization": {"stage": 3}})
+
+
+def _load_user_config(source: Any, settings: dict[str, Setting]) -> tuple[dict[str, Any], str | None]:
+    """Return the user's DeepSpeed JSON as a dict (deep-copied) and a name for it in messages."""
+    if source is None:
+        return {}, None
+    if isinstance(source, dict):
+        return copy.deepcopy(source), "hf_ds_config (dict)"
+    if not isinstance(source, (str, os.PathLike)):
+        raise DeepSpeedConfigError(
+            f"DeepSpeedPlugin(hf_ds_config=...): expected a path or a dict, got {type(source).__name__}"
+        )
+    path = Path(source)
+    origin = settings.get("hf_ds_config")
+    launched = origin is not None and origin.source.startswith("--")
+    where = f"{path} (from --deepspeed_config_file)" if launched else str(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise DeepSpeedConfigError(f"DeepSpeed config {where} cannot be read: {error.strerror}") from None
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DeepSpeedConfigError(
+            f"DeepSpeed config {path} is not valid JSON: {error.msg} "
+            f"at line {error.lineno} column {error.colno}"
+        ) from None
+    if not isinstance(loaded, dict):
+        raise DeepSpeedConfigError(
+            f"DeepSpeed config {path} must hold a JSON object, not {type(loaded).__name__}"
+        )
+    return loaded, str(path)
