@@ -180,3 +180,15 @@ def benchmark(session: nox.Session) -> None:
         "collectives.py",
     ):
         session.run("python", str(ROOT / "benchmarks" / script))
+
+
+@nox.session
+def benchmark_deepspeed(session: nox.Session) -> None:
+    """accel on ZeRO-2 against a hand-driven DeepSpeed engine, 2 CPU processes (steps/s ratio)."""
+    session.install("-c", CONSTRAINTS, DEEPSPEED)
+    install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
+    session.run(
+        "python",
+        str(ROOT / "benchmarks" / "deepspeed_zero2.py"),
+        env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"},
+    )

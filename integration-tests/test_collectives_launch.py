@@ -105,3 +105,18 @@ def test_main_process_first_and_on_main_process_launch(tmp_path):
         assert got["order"][0] == 0 and sorted(got["order"]) == [0, 1, 2]
         assert got["only_main"] == ("main" if rank == 0 else None)
         assert got["is_main"] == (rank == 0)
+
+
+def copy_from_the_main_process():
+    import torch
+
+    from accel.utils import copy_tensor_to_devices
+    from accel_state import PartialState
+
+    state = PartialState()
+    tensor = torch.tensor([1, 2, 3], dtype=torch.int) if state.is_main_process else None
+    return copy_tensor_to_devices(tensor).tolist()
+
+
+def test_copy_tensor_to_devices_gives_every_rank_the_main_process_tensor_launch():
+    assert run_on_ranks(copy_from_the_main_process, 2) == [[1, 2, 3], [1, 2, 3]]

@@ -312,3 +312,40 @@ def test_accel_launch_flags_reach_an_unchanged_script(tmp_path):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"type": "DEEPSPEED", "stage": 3, "clip": 0.5, "offload": "cpu",
                       "plugin_stage": 3}  # fmt: skip
+
+
+def build_under_zero3_init() -> dict:
+    """Build the model inside the plugin's zero.Init context (zero3_init_flag), then train a step."""
+    import torch
+
+    from accel import Accelerator, DeepSpeedPlugin
+
+    _reset()
+    plugin = DeepSpeedPlugin(zero_stage=3, zero3_init_flag=True)
+    accelerator = Accelerator(deepspeed_plugin=plugin)
+    with plugin.zero3_init_context_manager():
+        model = _model()
+    partitioned = [p.numel() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, torch_loader())
+    accelerator.backward(_loss(model, next(iter(loader))))
+    optimizer.step()
+    shapes = {k: list(v.shape) for k, v in accelerator.get_state_dict(model).items()}
+    return {"numel_at_build": partitioned, "shapes": shapes}
+
+
+def test_zero3_init_flag_builds_the_model_already_partitioned():
+    result = run_on_ranks(build_under_zero3_init, 2, env=DS_ENV)[0]
+    assert result["numel_at_build"] == [0, 0, 0, 0], "parameters must be partitioned as they are built"
+    assert result["shapes"] == {"0.weight": [16, 4], "0.bias": [16], "2.weight": [1, 16], "2.bias": [1]}
+
+
+def test_fp16_on_deepspeeds_cpu_accelerator_is_one_clear_error(tmp_path):
+    script = tmp_path / "fp16.py"
+    script.write_text("from accel import Accelerator\nAccelerator()\n")
+    result = launch_script(script, 2, launch_args=["--use_deepspeed", "--mixed_precision", "fp16"])
+    assert result.returncode != 0
+    assert (
+        "mixed precision fp16 is not supported by DeepSpeed's cpu accelerator; use bf16 or no"
+        in result.stderr
+    )

@@ -157,12 +157,17 @@ def test_launch_returns_the_failing_ranks_exit_code(tmp_path):
 
 ATTEMPTS_SCRIPT = textwrap.dedent(
     """
-    import os, sys
+    import os, sys, time
     from pathlib import Path
 
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "?")
     with open(Path(sys.argv[1], f"attempts_{os.environ['RANK']}"), "a") as handle:
-        handle.write(os.environ.get("TORCHELASTIC_RESTART_COUNT", "?") + "\\n")
+        handle.write(attempt + "\\n")
     if os.environ["RANK"] == "1":
+        # Fail only once rank 0 has recorded this attempt: the agent stops it as soon as rank 1 fails.
+        other, deadline = Path(sys.argv[1], "attempts_0"), time.monotonic() + 30
+        while time.monotonic() < deadline and not (other.exists() and attempt in other.read_text().split()):
+            time.sleep(0.05)
         raise SystemExit(7)
     """
 )

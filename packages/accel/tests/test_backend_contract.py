@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator, DistributedType
+from accel import Accelerator, CheckpointError, DistributedType
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler
 from accel_state import PreparedObjects, ProcessSetup, TorchCommunicator
 from accel_state import backend as backend_module
@@ -301,3 +301,15 @@ def test_trigger_sync_in_backward_goes_through_the_backend(recording):
         accelerator.backward(model(torch.ones(1, 2)).sum())
     assert backend.names() == ["no_sync", "trigger_sync_in_backward", "backward"]
     assert backend.calls[1][1] is model
+
+
+def test_a_checkpoint_loads_only_into_a_backend_of_its_format(recording, tmp_path):
+    accelerator = Accelerator()
+    backend = RecordingBackend.instances[0]
+    accelerator.prepare(*_objects())
+    backend.checkpoint_format = "engine-files"
+    folder = Path(accelerator.save_state(tmp_path / "ckpt"))
+    assert json.loads((folder / "checkpoint.json").read_text())["checkpoint_format"] == "engine-files"
+    backend.checkpoint_format = "torch"
+    with pytest.raises(CheckpointError, match="model and optimizer files are in engine-files's format"):
+        accelerator.load_state(folder)

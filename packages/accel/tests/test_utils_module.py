@@ -45,3 +45,38 @@ def test_adapter_names_load_lazily_or_say_what_to_install(monkeypatch):
         accel.DeepSpeedPlugin  # noqa: B018
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):
         accel.NoSuchName  # noqa: B018
+
+
+def test_accelerate_submodules_scripts_import_from():
+    import accel.utils.dataclasses as dataclasses_module
+    import accel.utils.operations as operations
+    from accel.launchers import notebook_launcher
+    from accel_launch import notebook_launcher as ours
+
+    assert dataclasses_module.DistributedDataParallelKwargs.__name__ == "DistributedDataParallelKwargs"
+    assert operations.reduce is __import__("accel.utils", fromlist=["reduce"]).reduce
+    assert notebook_launcher is ours
+
+
+def test_an_accelerator_pickles_onto_the_live_shared_state():
+    import pickle
+
+    from accel import Accelerator
+
+    accelerator = Accelerator()
+    clone = pickle.loads(pickle.dumps(accelerator))
+    assert clone.state.__dict__ is accelerator.state.__dict__
+    assert clone.gradient_state.__dict__ is accelerator.gradient_state.__dict__
+
+
+def test_prepare_after_a_state_reset_fails_at_once_as_an_attribute_error():
+    import pytest
+    import torch
+
+    from accel import Accelerator
+    from accel_state import AcceleratorState
+
+    accelerator = Accelerator()
+    AcceleratorState._reset_state()
+    with pytest.raises(AttributeError, match=r"state was reset \(AcceleratorState._reset_state\(\)\)"):
+        accelerator.prepare(torch.nn.Linear(1, 1))

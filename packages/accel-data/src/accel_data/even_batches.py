@@ -37,7 +37,7 @@ def even_batches_overridden(loaders: Iterable[Any], even_batches: bool | None) -
         changed.append((loader, sampler, sampler.even_batches))
     if left_alone:
         warnings.warn(
-            f"even_batches={even_batches} is only applied to map-style prepared loaders; "
+            f"Overriding even_batches (to {even_batches}) is only supported for map-style datasets; "
             f"left alone: {', '.join(left_alone)} (iterable or dispatched: they pad as prepared)",
             stacklevel=3,
         )

@@ -30,6 +30,7 @@ from accel_deepspeed.process_setup import setup_deepspeed_process
 from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment
+from accel_state.native_backend import unwrap
 from accel_state.prepared_objects import PreparedObjects
 
 # The folder inside an accel checkpoint that holds the engine's own checkpoint files.
@@ -40,6 +41,7 @@ class DeepSpeedBackend:
     """One DeepSpeed engine per Accelerator: one model, its optimizer and (optionally) scheduler."""
 
     per_thread_state = False
+    checkpoint_format = "deepspeed"  # save_state holds the engine's own files, which only it reads
 
     @classmethod
     def is_available(cls) -> bool:
@@ -68,10 +70,12 @@ class DeepSpeedBackend:
             accumulation=options.explicit.get("gradient_accumulation_steps"),
             mixed_precision=options.explicit.get("mixed_precision"),
         )
+        plugin.resolved_config = self.resolved.config
         # The JSON may set the accumulation steps: accumulate() must count with the engine's number.
         self.gradient_state = GradientState(
             gradient_accumulation_steps=self.resolved.gradient_accumulation_steps
         )
+        _check_precision_supported(self.resolved.mixed_precision)
         self.precision = EnginePrecision(self.resolved.mixed_precision)
         self.engine: Any = None
         self._loader_batch_size: int | None = None
@@ -222,13 +226,7 @@ class DeepSpeedBackend:
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         from deepspeed import DeepSpeedEngine
 
-        while True:
-            if isinstance(model, DeepSpeedEngine):
-                model = model.module
-            elif isinstance(inner := getattr(model, "_orig_mod", None), torch.nn.Module):
-                model = inner
-            else:
-                return model
+        return unwrap(model, DeepSpeedEngine)
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The full state dict, gathered from every rank (collective): fp32 master weights, or the
@@ -274,6 +272,21 @@ class DeepSpeedBackend:
         )
         left.device_placement = dict(prepared.device_placement)
         return left
+
+
+def _check_precision_supported(mode: str) -> None:
+    """Refuse, at Accelerator(), a precision DeepSpeed's accelerator cannot run (fp16 on the CPU)."""
+    if mode == "no":
+        return
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    supported = accelerator.is_fp16_supported() if mode == "fp16" else accelerator.is_bf16_supported()
+    if not supported:
+        raise DeepSpeedConfigError(
+            f"mixed precision {mode} is not supported by DeepSpeed's {accelerator.device_name()} "
+            "accelerator; use bf16 or no"
+        )
 
 
 def _inner(scheduler: Any) -> Any:

@@ -68,6 +68,8 @@ class DeepSpeedPlugin:
     settings: dict[str, Setting] = field(default_factory=dict, init=False, repr=False)
     deepspeed_config: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     config_source: str | None = field(default=None, init=False, repr=False)
+    # The config the run resolved (set when an Accelerator is built with this plugin).
+    resolved_config: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name, (variable, flag) in _FROM_LAUNCHER.items():
@@ -134,7 +136,19 @@ class DeepSpeedPlugin:
             return contextlib.nullcontext()
         import deepspeed
 
-        return deepspeed.zero.Init(config_dict_or_path={"zero_optimization": {"stage": 3}})
+        # What zero.Init reads: the ZeRO section and the precision (the dtype parameters are built in).
+        resolved = self.resolved_config or {}
+        config: dict[str, Any] = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                k: v for k, v in resolved.get("zero_optimization", {}).items() if v != "auto"
+            },
+        }
+        config["zero_optimization"]["stage"] = 3
+        for mode in ("bf16", "fp16"):
+            if isinstance(resolved.get(mode), dict) and resolved[mode].get("enabled") is True:
+                config[mode] = {"enabled": True}
+        return deepspeed.zero.Init(config_dict_or_path=config)
 
 
 def _load_user_config(source: Any, settings: dict[str, Setting]) -> tuple[dict[str, Any], str | None]:

@@ -11,15 +11,12 @@ import datetime
 import os
 import sys
 
-import torch
-
 from accel_state import env_vars
 from accel_state.backend import ProcessGroupOptions, ProcessSetup
 from accel_state.communication import TorchCommunicator
-from accel_state.device import choose_device, choose_process_group_backend
 from accel_state.distributed_type import DistributedType
 from accel_state.launch_env import LaunchEnvironment
-from accel_state.process_group import init_process_group, init_single_process_group
+from accel_state.native_backend import join_job
 
 
 def setup_deepspeed_process(
@@ -29,19 +26,15 @@ def setup_deepspeed_process(
     timeout: datetime.timedelta,
     process_group: ProcessGroupOptions | None = None,
 ) -> ProcessSetup:
-    """Pick the device, join the process group, and start DeepSpeed's communication on it."""
-    process_group = process_group or ProcessGroupOptions()
-    device = choose_device(cpu, launch.local_rank)
+    """Pick the device, join the process group (one of one for a lone process), and start
+    DeepSpeed's communication on it."""
+    device, group_backend = join_job(
+        launch, cpu=cpu, timeout=timeout, process_group=process_group, group_of_one=True
+    )
     if device.type == "cpu":
         # DeepSpeed picks its accelerator once, at first use: tell it before it is imported.
         os.environ.setdefault(env_vars.DS_ACCELERATOR, "cpu")
-    group_backend = choose_process_group_backend(device, process_group.backend)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if launch.is_distributed:
-        init_process_group(launch, group_backend, timeout, process_group.init_method)
-    else:
-        init_single_process_group(group_backend, timeout)
+    assert group_backend is not None  # group_of_one: there always is a group
     _start_deepspeed_comm(group_backend, timeout, on_cpu=device.type == "cpu")
     return ProcessSetup(DistributedType.DEEPSPEED, device, group_backend, TorchCommunicator())
 

@@ -13,13 +13,13 @@ import functools
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from accel_launch.ports import LOCALHOST, LOOPBACK_RDZV_BACKEND, endpoint, find_free_port, is_loopback
+from accel_state import env_vars
 
 # Accelerate's choices; all of them mean the same on the one machine a notebook runs on.
 RDZV_BACKENDS = ("static", "c10d")
@@ -75,7 +75,7 @@ def notebook_launcher(
         num_processes = torch.cuda.device_count() if cuda else 1
     env = _worker_env(use_cpu, mixed_precision, num_processes)
     if num_processes == 1:
-        with _environment(env):
+        with env_vars.patched(env):
             return [function(*args)]
     _check_fork_is_safe()
     return _launch(function, args, num_processes, env, master_addr, use_port, max_restarts, monitor_interval)
@@ -96,8 +96,6 @@ def _check_arguments(num_processes: int | None, mixed_precision: str, use_port: 
 
 
 def _worker_env(use_cpu: bool, mixed_precision: str, num_processes: int) -> dict[str, str]:
-    from accel_state import env_vars
-
     env = {env_vars.LAUNCHED: "1", env_vars.MIXED_PRECISION: mixed_precision}
     if use_cpu:
         env[env_vars.USE_CPU] = "1"
@@ -163,7 +161,7 @@ def _launch(
         start_method="fork",
     )
     try:
-        with _environment(env):
+        with env_vars.patched(env):
             results = elastic_launch(config, _tied_function(function))(*args)
     except ChildFailedError as error:
         rank, failure = min(error.failures.items())
@@ -190,21 +188,6 @@ def _tied_to(parent_pid: int, function: Callable[..., Any], *args: Any) -> Any:
     if not tie_to_parent(parent_pid):
         os._exit(1)  # the notebook died while this worker was starting
     return function(*args)
-
-
-@contextmanager
-def _environment(env: Mapping[str, str]) -> Iterator[None]:
-    """Set `env` in os.environ for the block (forked workers inherit it), then restore it."""
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def _first_line(message: Any) -> str:

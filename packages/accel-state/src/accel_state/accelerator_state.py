@@ -16,8 +16,9 @@ class MixedPrecisionError(ValueError):
     """An unknown mixed-precision mode was asked for."""
 
 
-class StateResetError(RuntimeError):
-    """An object built before `AcceleratorState._reset_state()` was used after it."""
+class StateResetError(RuntimeError, AttributeError):
+    """An object built before `AcceleratorState._reset_state()` was used after it (an AttributeError
+    too, as Accelerate raises one there)."""
 
 
 def resolve_mixed_precision(requested: str | None) -> str:
@@ -76,6 +77,10 @@ class AcceleratorState:
     @property
     def initialized(self) -> bool:
         return "_partial" in self._shared_state
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        # A pickled copy unpickles as this process's shared state, not as a detached snapshot.
+        return (type(self), ())
 
     @classmethod
     def _reset_state(cls, reset_partial_state: bool = False) -> None:

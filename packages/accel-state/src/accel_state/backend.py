@@ -109,6 +109,8 @@ class Backend(Protocol):
     """What a way of running provides; the facade calls nothing else."""
 
     precision: Precision
+    # Optional attribute `checkpoint_format` (default "torch"): the format of the model and
+    # optimizer files its save_checkpoint leaves; a checkpoint loads only into a backend of its format.
 
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
         """Return the objects wrapped for this backend (DDP, engines, device loaders), same order.

@@ -173,6 +173,19 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
 
 
 @names_collective("broadcast_object_list")
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Return the main process's `tensor` on every process's device; the others pass None
+    (Accelerate's helper: a tensor that exists on one process only)."""
+    state = _state()
+    if not state.use_distributed:
+        return tensor
+    held = [tensor.detach().cpu() if tensor is not None and state.is_main_process else None]
+    (copy,) = broadcast_object_list(held, from_process=0)
+    if copy is None:
+        raise ValueError("copy_tensor_to_devices: the main process passed None; it must pass the tensor")
+    return copy.to(state.device)
+
+
 def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any]:
     """Fill the list `objects` in place with rank `from_process`'s picklable items and return it."""
     state = _state()

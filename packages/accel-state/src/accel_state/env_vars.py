@@ -6,7 +6,9 @@ coupling visible. This module imports nothing heavy, so the CLI can use it witho
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 
 # Options the launcher passes to the training script.
 USE_CPU = "ACCEL_USE_CPU"
@@ -103,3 +105,19 @@ def read_str(name: str, default: str | None = None) -> str | None:
     if raw is None or raw.strip() == "":
         return default
     return raw.strip()
+
+
+@contextlib.contextmanager
+def patched(env: Mapping[str, str]) -> Iterator[None]:
+    """Set `env` in os.environ for the block (processes forked inside inherit it), then restore
+    every variable as it was, unset ones unset."""
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -37,6 +37,10 @@ class GradientState:
         if gradient_accumulation_steps is not None:
             self.num_steps = gradient_accumulation_steps
 
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        # A pickled copy unpickles as this process's shared state, not as a detached snapshot.
+        return (type(self), ())
+
     @classmethod
     def _reset_state(cls) -> None:
         # Clear, then fill the defaults back in: instances built before the reset share this dict.

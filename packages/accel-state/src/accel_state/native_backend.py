@@ -6,7 +6,7 @@ import contextlib
 import datetime
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -17,9 +17,9 @@ from accel_state.ddp_comm_hooks import register_comm_hook
 from accel_state.device import choose_device, choose_process_group_backend
 from accel_state.distributed_type import DistributedType
 from accel_state.gradient_state import GradientState
-from accel_state.launch_env import LaunchEnvironment
+from accel_state.launch_env import LaunchEnvironment, export_for_torch
 from accel_state.prepared_objects import PreparedObjects
-from accel_state.process_group import init_process_group
+from accel_state.process_group import init_process_group, init_single_process_group
 
 
 class NativeBackend:
@@ -41,14 +41,9 @@ class NativeBackend:
         process_group: ProcessGroupOptions | None = None,
     ) -> ProcessSetup:
         """Pick this rank's GPU (or the CPU) and join the job's gloo/nccl process group."""
-        process_group = process_group or ProcessGroupOptions()
-        device = choose_device(cpu, launch.local_rank)
+        device, group_backend = join_job(launch, cpu=cpu, timeout=timeout, process_group=process_group)
         if not launch.is_distributed:
             return ProcessSetup(DistributedType.NO, device, None, TorchCommunicator())
-        group_backend = choose_process_group_backend(device, process_group.backend)
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        init_process_group(launch, group_backend, timeout, process_group.init_method)
         kind = DistributedType.MULTI_GPU if device.type == "cuda" else DistributedType.MULTI_CPU
         return ProcessSetup(kind, device, group_backend, TorchCommunicator())
 
@@ -140,13 +135,7 @@ class NativeBackend:
 
     # Models and checkpoints --------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        while True:
-            if isinstance(model, DistributedDataParallel):
-                model = model.module
-            elif isinstance(inner := getattr(model, "_orig_mod", None), torch.nn.Module):  # torch.compile's
-                model = inner
-            else:
-                return model
+        return unwrap(model, DistributedDataParallel)
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         return self.unwrap_model(model).state_dict()
@@ -159,6 +148,44 @@ class NativeBackend:
 
     def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
         return prepared
+
+
+def join_job(
+    launch: LaunchEnvironment,
+    *,
+    cpu: bool,
+    timeout: datetime.timedelta,
+    process_group: ProcessGroupOptions | None = None,
+    group_of_one: bool = False,
+) -> tuple[torch.device, str | None]:
+    """Pick this rank's device and join the job's process group; return both (backend None: no group).
+
+    A lone process joins no group, unless `group_of_one` (an engine that needs a group to exist).
+    """
+    process_group = process_group or ProcessGroupOptions()
+    device = choose_device(cpu, launch.local_rank)
+    if not (launch.is_distributed or group_of_one):
+        return device, None
+    group_backend = choose_process_group_backend(device, process_group.backend)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if launch.is_distributed:
+        init_process_group(launch, group_backend, timeout, process_group.init_method)
+    else:
+        export_for_torch(launch)  # engines read RANK/LOCAL_RANK/WORLD_SIZE even for one process
+        init_single_process_group(group_backend, timeout)
+    return device, group_backend
+
+
+def unwrap(model: torch.nn.Module, *wrappers: type) -> torch.nn.Module:
+    """Return the module inside `wrappers` (each holding it as `.module`) and torch.compile's."""
+    while True:
+        if isinstance(model, wrappers):
+            model = cast(torch.nn.Module, model.module)
+        elif isinstance(inner := getattr(model, "_orig_mod", None), torch.nn.Module):
+            model = inner
+        else:
+            return model
 
 
 @contextlib.contextmanager

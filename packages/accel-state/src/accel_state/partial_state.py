@@ -113,6 +113,10 @@ class PartialState:
     def initialized(self) -> bool:
         return "distributed_type" in self._shared_state
 
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        # A pickled copy unpickles as this process's shared state, not as a detached snapshot.
+        return (type(self), ())
+
     @classmethod
     def _reset_state(cls) -> None:
         """Forget the shared state (tests only); the process group itself stays up."""

@@ -186,6 +186,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # Preparing the training objects --------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
         """Return the objects ready for this set-up, in the order given (one object: not a tuple)."""
+        self.state.distributed_type  # noqa: B018 - raises StateResetError after _reset_state()
         if device_placement is None:
             device_placement = [self.device_placement] * len(args)
         if len(device_placement) != len(args):

@@ -91,6 +91,9 @@ def _write_main_files(
             f"save_state: a data loader's state_dict() is not JSON data: {error}"
         ) from error
     return {
+        # Whose files these are: an engine's own (DeepSpeed's) only its backend can read.
+        "checkpoint_format": checkpoint_format(accelerator.backend),
+        "distributed_type": PartialState().distributed_type.value,
         "model_files": model_files,
         "num_optimizers": len(prepared.optimizers),
         "num_schedulers": len(prepared.schedulers),
@@ -142,6 +145,13 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
             f"{reader.metadata_path} was written by {meta.get('num_processes')} process(es); this job has "
             f"{state.num_processes}: every rank's random states would not match a rank"
         )
+    saved_format = meta.get("checkpoint_format", "torch")
+    if saved_format != checkpoint_format(accelerator.backend):
+        raise CheckpointError(
+            f"{reader.metadata_path} was written by a {meta.get('distributed_type', '?')} run and this "
+            f"run is {state.distributed_type.value}: its model and optimizer files are in "
+            f"{saved_format}'s format; load it with the backend that saved it"
+        )
     values = _read_every_rank(reader, state.process_index, state.is_main_process)
     prepared = accelerator.backend.load_checkpoint(accelerator.prepared, folder)
     models = list(prepared.models)
@@ -163,6 +173,11 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
             raise CheckpointError(f"{folder / name} cannot be restored: {error}") from error
     for restore, value in decoded:
         restore(value)
+
+
+def checkpoint_format(backend: Any) -> str:
+    """The format of the model/optimizer files a backend writes ("torch" unless it says otherwise)."""
+    return str(getattr(backend, "checkpoint_format", "torch"))
 
 
 def _read_every_rank(reader: FolderReader, rank: int, is_main: bool) -> dict[str, Any]:

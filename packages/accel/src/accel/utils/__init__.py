@@ -7,8 +7,6 @@ cost nothing to a script that does not use them.
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterator
 from typing import Any
 
 from accel.adapter_names import adapter_name
@@ -31,6 +29,8 @@ from accel_state import (
     KwargsHandler,
     broadcast,
     broadcast_object_list,
+    copy_tensor_to_devices,
+    env_vars,
     find_executable_batch_size,
     gather,
     gather_object,
@@ -100,20 +100,10 @@ from accel_state.availability import (
 )
 
 
-@contextlib.contextmanager
-def patch_environment(**kwargs: Any) -> Iterator[None]:
+def patch_environment(**kwargs: Any) -> contextlib.AbstractContextManager[None]:
     """Set environment variables (names upper-cased, values as strings) inside the block, then
     restore what was there before (Accelerate's helper)."""
-    saved = {key.upper(): os.environ.get(key.upper()) for key in kwargs}
-    os.environ.update({key.upper(): str(value) for key, value in kwargs.items()})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return env_vars.patched({key.upper(): str(value) for key, value in kwargs.items()})
 
 
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
@@ -132,6 +122,7 @@ __all__ = [
     "ProjectConfiguration",
     "broadcast",
     "broadcast_object_list",
+    "copy_tensor_to_devices",
     "find_executable_batch_size",
     "gather",
     "gather_object",

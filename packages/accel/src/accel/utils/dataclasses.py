@@ -1,0 +1,38 @@
+"""`accel.utils.dataclasses`: the configuration dataclasses, where Accelerate's scripts import them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel.adapter_names import adapter_name
+from accel.dataloader_config import DataLoaderConfiguration
+from accel.kwargs_handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
+from accel.project_config import ProjectConfiguration
+from accel.tracking import LoggerType
+from accel_state import DDPCommunicationHookType, DistributedType, GradientAccumulationPlugin, KwargsHandler
+
+__all__ = [
+    "AutocastKwargs",
+    "DDPCommunicationHookType",
+    "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
+    "DistributedType",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "InitProcessGroupKwargs",
+    "KwargsHandler",
+    "LoggerType",
+    "ProfileKwargs",
+    "ProjectConfiguration",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # DeepSpeedPlugin: from accel-deepspeed, on first use.
+    return adapter_name(name, __name__)
