@@ -123,3 +123,23 @@ def test_prepare_refuses_what_one_engine_cannot_hold():
     alone = PreparedObjects(optimizers=[torch.optim.SGD([torch.zeros(1)], lr=0.1)])
     with pytest.raises(DeepSpeedConfigError, match="prepare the model together with its optimizer"):
         backend.prepare(alone)
+
+
+def test_at_exit_engines_are_destroyed_and_deepspeeds_group_references_dropped(monkeypatch):
+    import sys
+    import types
+
+    from accel_deepspeed import teardown
+
+    fake_groups = types.ModuleType("deepspeed.utils.groups")
+    fake_groups._WORLD_GROUP = object()
+    fake_groups._EXPERT_PARALLEL_GROUP = {"ep": object()}
+    fake_groups.mesh_device = object()
+    monkeypatch.setitem(sys.modules, "deepspeed.utils.groups", fake_groups)
+    engine = FakeEngine()
+    engine.destroy = lambda: engine.calls.append(("destroy",))  # type: ignore[method-assign]
+    teardown.release_at_exit(engine)
+    teardown._release()
+    assert ("destroy",) in engine.calls
+    assert fake_groups._WORLD_GROUP is None and fake_groups._EXPERT_PARALLEL_GROUP == {}
+    assert fake_groups.mesh_device is None

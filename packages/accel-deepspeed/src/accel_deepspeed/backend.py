@@ -27,6 +27,7 @@ from accel_deepspeed.optimizer_sections import check_optimizer, check_scheduler
 from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
 from accel_deepspeed.plugin import DeepSpeedPlugin
 from accel_deepspeed.process_setup import setup_deepspeed_process
+from accel_deepspeed.teardown import release_at_exit
 from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment
@@ -140,6 +141,7 @@ class DeepSpeedBackend:
         if scheduler is not None and engine_scheduler is None:
             raise DeepSpeedConfigError("DeepSpeed built no scheduler from the DummyScheduler")
         self.engine = engine
+        release_at_exit(engine)
         return engine, engine_optimizer, engine_scheduler
 
     def _engine(self, action: str) -> Any:
