@@ -167,6 +167,12 @@ def test_save_state_loads_into_a_fresh_job_and_continues_identically(tmp_path):
         assert _max_difference(uninterrupted, resumed) == 0.0, f"stage {stage}: resume is not exact"
         saved = load_file(folder.parent / f"stage{stage}-model" / "model.safetensors")
         assert saved["0.weight"].shape == torch.Size([16, 4]), "save_model must write consolidated weights"
+    # A damaged shard of the engine's own files is named before DeepSpeed unpickles anything.
+    shard = next((tmp_path / "stage3" / "deepspeed").glob("*optim_states.pt"))
+    with shard.open("ab") as handle:
+        handle.write(b"damage")
+    with pytest.raises(AssertionError, match=rf"{shard.name} is truncated or corrupt"):
+        run_on_ranks(resume_and_continue, 2, str(tmp_path / "stage3"), 3, env=DS_ENV)
 
 
 # The user's JSON ----------------------------------------------------------------------------------

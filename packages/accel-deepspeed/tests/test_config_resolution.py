@@ -149,9 +149,9 @@ def test_offload_needs_the_right_stage():
 def test_a_broken_json_file_is_named_with_the_position(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"zero_optimization": {"stage": 2,}}')
-    with pytest.raises(DeepSpeedConfigError, match=rf"{path} is not valid JSON: .* at line 1 column"):
+    with pytest.raises(DeepSpeedConfigError, match=rf"{path}: invalid JSON at line 1, column"):
         DeepSpeedPlugin(hf_ds_config=str(path))
-    with pytest.raises(DeepSpeedConfigError, match=r"missing.json cannot be read"):
+    with pytest.raises(DeepSpeedConfigError, match=r"missing.json: file not found"):
         DeepSpeedPlugin(hf_ds_config=str(tmp_path / "missing.json"))
 
 

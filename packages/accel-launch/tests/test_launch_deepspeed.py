@@ -405,7 +405,7 @@ def test_a_bad_json_file_named_in_the_yaml_is_refused_naming_the_key(tmp_path, s
     error = _refused(["--config_file", config, script], launched)
     assert error == (
         f"accel: {config}: key 'deepspeed_config.deepspeed_config_file': {broken}: "
-        "a DeepSpeed config must hold a JSON object, got list"
+        "must hold a JSON object, got list"
     )
 
 

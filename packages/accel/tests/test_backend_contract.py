@@ -313,3 +313,16 @@ def test_a_checkpoint_loads_only_into_a_backend_of_its_format(recording, tmp_pat
     backend.checkpoint_format = "torch"
     with pytest.raises(CheckpointError, match="model and optimizer files are in engine-files's format"):
         accelerator.load_state(folder)
+
+
+def test_local_sgd_runs_only_on_a_backend_that_replicates_the_model(recording):
+    from accel.local_sgd import LocalSGD
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    with pytest.raises(NotImplementedError, match="every process holds the whole model"):
+        LocalSGD(accelerator, model, local_sgd_steps=2)
+    RecordingBackend.instances[0].replicates_model = True
+    with LocalSGD(accelerator, model, local_sgd_steps=2) as local_sgd:
+        local_sgd.step()
+    assert not local_sgd.enabled  # one process: nothing to average

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 
@@ -200,3 +201,56 @@ def test_tensorboard_tracker_writes_event_files_that_read_back(tmp_path):
     losses = [(e.step, round(e.value, 5)) for e in events.Scalars("loss")]
     assert losses == [(0, 1.0), (1, 0.5), (2, 0.33333)]
     assert [e.value for e in events.Scalars("acc")] == [0.0, 0.25, 0.5]
+
+
+class _Recorder:
+    """Stands for a tracking library's run object: records every call."""
+
+    def __init__(self, *args, **kwargs):
+        self.calls = [("__init__", args, kwargs)]
+        self.config = self
+
+    def __getattr__(self, name):
+        def record(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+
+        return record
+
+
+def _fake_library(monkeypatch, name, **attributes):
+    import sys
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__.update(attributes)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    monkeypatch.setitem(sys.modules, name, module)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda mod, *a: module.__spec__ if mod == name else real_find_spec(mod, *a),
+    )
+
+
+def test_library_trackers_start_log_and_finish_through_the_librarys_run(monkeypatch, tmp_path):
+    runs = []
+
+    def wandb_init(**kwargs):
+        runs.append(_Recorder(**kwargs))
+        return runs[-1]
+
+    _fake_library(monkeypatch, "wandb", init=wandb_init)
+    _fake_library(monkeypatch, "dvclive", Live=lambda **kwargs: runs.append(_Recorder(**kwargs)) or runs[-1])
+    accelerator = Accelerator(log_with=["wandb", "dvclive"], project_dir=str(tmp_path))
+    accelerator.init_trackers("proj", config={"lr": 0.1})
+    accelerator.log({"loss": 1.5}, step=3)
+    wandb_run, live = runs
+    assert accelerator.get_tracker("wandb", unwrap=True) is wandb_run
+    assert accelerator.get_tracker("dvclive", unwrap=True) is live
+    accelerator.end_training()
+    assert wandb_run.calls[0] == ("__init__", (), {"project": "proj"})
+    assert ("update", ({"lr": 0.1},), {"allow_val_change": True}) in wandb_run.calls
+    assert ("log", ({"loss": 1.5},), {"step": 3}) in wandb_run.calls and wandb_run.calls[-1][0] == "finish"
+    assert ("log_params", ({"lr": 0.1},), {}) in live.calls
+    assert ("log_metric", ("loss", 1.5), {}) in live.calls and live.step == 3

@@ -8,7 +8,6 @@ with the user's DeepSpeed JSON can name both sides. Importing this module import
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from accel_deepspeed.config_errors import DeepSpeedConfigError, Setting
 from accel_state import env_vars
 from accel_state.choices import DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
 from accel_state.distributed_type import DistributedType
+from accel_state.json_object import JsonObjectError, read_json_object
 
 # Field -> (environment variable the launcher writes, the flag that writes it).
 _FROM_LAUNCHER: dict[str, tuple[str, str]] = {
@@ -166,18 +166,6 @@ def _load_user_config(source: Any, settings: dict[str, Setting]) -> tuple[dict[s
     launched = origin is not None and origin.source.startswith("--")
     where = f"{path} (from --deepspeed_config_file)" if launched else str(path)
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise DeepSpeedConfigError(f"DeepSpeed config {where} cannot be read: {error.strerror}") from None
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DeepSpeedConfigError(
-            f"DeepSpeed config {path} is not valid JSON: {error.msg} "
-            f"at line {error.lineno} column {error.colno}"
-        ) from None
-    if not isinstance(loaded, dict):
-        raise DeepSpeedConfigError(
-            f"DeepSpeed config {path} must hold a JSON object, not {type(loaded).__name__}"
-        )
-    return loaded, str(path)
+        return read_json_object(path), str(path)
+    except JsonObjectError as error:
+        raise DeepSpeedConfigError(f"DeepSpeed config {where}: {error}") from None

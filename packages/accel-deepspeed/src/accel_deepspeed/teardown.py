@@ -4,17 +4,19 @@ accel tears the process group down at exit (accel_state.process_group), after a 
 collection, because gloo groups still alive when the interpreter finalizes can abort the process
 after all of its work. DeepSpeed keeps groups where that collection cannot reach them: in its
 module globals (the clone of the world group every ZeRO optimizer reduces over) and in engines a
-script still references. Registered after the process group's own teardown, this runs before it
-(atexit runs last-registered first): it destroys every engine (hooks, buffers) and drops
-DeepSpeed's references to groups, so that the collection that follows frees them.
+script still references. Run just before that teardown (`before_teardown`), this destroys every
+engine (hooks, buffers) and drops DeepSpeed's references to groups, so that the collection that
+follows frees them.
 """
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import sys
 import weakref
 from typing import Any
+
+from accel_state.process_group import before_teardown
 
 _engines: weakref.WeakSet[Any] = weakref.WeakSet()
 _registered = False
@@ -25,16 +27,14 @@ def release_at_exit(engine: Any) -> None:
     global _registered
     _engines.add(engine)
     if not _registered:
-        atexit.register(_release)
+        before_teardown(_release)
         _registered = True
 
 
 def _release() -> None:
     for engine in list(_engines):
-        try:
+        with contextlib.suppress(Exception):  # one engine's failure must not keep the groups alive
             engine.destroy()
-        except Exception:  # noqa: BLE001 - at exit nothing is left to report it to; the group still goes
-            pass
     groups = sys.modules.get("deepspeed.utils.groups")
     if groups is not None:
         for name, value in list(vars(groups).items()):

@@ -10,15 +10,14 @@ importlib, and whether a GPU is there of the device files.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from accel_launch.config_schema import ConfigError
 from accel_launch.effective_config import EffectiveConfig
 from accel_launch.launch_options import DeepSpeedOptions
 from accel_state import env_vars
+from accel_state.json_object import json_object_problem
 
 INSTALL_HINT = "DeepSpeed jobs need accel-deepspeed and deepspeed: pip install 'accel[deepspeed]'"
 # The modules a DeepSpeed worker imports: the adapter and DeepSpeed itself.
@@ -58,40 +57,7 @@ def check_deepspeed_job(config: EffectiveConfig) -> None:
 
 def json_config_problem(config_file: str) -> str | None:
     """Return what makes `config_file` unusable as a DeepSpeed JSON config, or None when it is usable."""
-    path = Path(config_file).expanduser()
-    if not path.exists():
-        return "file not found"
-    if not path.is_file():
-        return "not a file"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        return f"cannot be read ({error})"
-    try:
-        # DeepSpeed itself refuses a key given twice; so does this check, before anything starts.
-        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-    except json.JSONDecodeError as error:
-        return f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}"
-    except _DuplicateKey as duplicate:
-        return f"key '{duplicate.key}' is given twice"
-    if not isinstance(data, dict):
-        return f"a DeepSpeed config must hold a JSON object, got {type(data).__name__}"
-    return None
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _DuplicateKey(key)
-        seen[key] = value
-    return seen
+    return json_object_problem(config_file)
 
 
 def deepspeed_env(

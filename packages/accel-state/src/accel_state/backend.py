@@ -111,6 +111,8 @@ class Backend(Protocol):
     precision: Precision
     # Optional attribute `checkpoint_format` (default "torch"): the format of the model and
     # optimizer files its save_checkpoint leaves; a checkpoint loads only into a backend of its format.
+    # Optional attribute `replicates_model` (default False): every process holds and steps the
+    # whole model itself, so its weights can be averaged across processes (LocalSGD).
 
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
         """Return the objects wrapped for this backend (DDP, engines, device loaders), same order.

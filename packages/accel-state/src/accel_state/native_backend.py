@@ -26,6 +26,7 @@ class NativeBackend:
     """CPU, one GPU, or DDP over gloo/nccl across processes and machines."""
 
     per_thread_state = False
+    replicates_model = True  # every process holds and steps the whole model (LocalSGD can average it)
 
     @classmethod
     def is_available(cls) -> bool:

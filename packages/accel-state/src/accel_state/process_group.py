@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import gc
+from collections.abc import Callable
 
 import torch.distributed as dist
 
@@ -18,6 +19,7 @@ from accel_state import env_vars
 from accel_state.launch_env import LaunchEnvironment, export_for_torch
 
 _teardown_registered = False
+_before_teardown: list[Callable[[], None]] = []
 
 
 def init_process_group(
@@ -86,7 +88,18 @@ def _register_teardown() -> None:
         _teardown_registered = True
 
 
+def before_teardown(release: Callable[[], None]) -> None:
+    """Run `release` at exit just before the process group is torn down (for an engine that keeps
+    groups where the garbage collection cannot reach them, e.g. in its module globals)."""
+    _before_teardown.append(release)
+
+
 def _teardown_at_exit() -> None:
+    for release in reversed(_before_teardown):
+        try:
+            release()
+        except Exception:  # noqa: BLE001 - at exit nothing is left to report it to; the group still goes
+            pass
     # Objects in reference cycles (a DDP model's reducer among them) keep the process group and
     # its gloo worker threads alive until the interpreter's final collection; a worker thread that
     # then needs the GIL aborts the process. Collecting first lets the group go while all is alive.

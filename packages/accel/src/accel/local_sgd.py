@@ -8,17 +8,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from accel_state import DistributedType
-
 if TYPE_CHECKING:
     from accel.accelerator import Accelerator
-
-# The set-ups where every process holds the whole model and plain all-reduce averages it.
-_SUPPORTED = (
-    DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU, DistributedType.MULTI_NPU,
-    DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA, DistributedType.MULTI_MUSA,
-    DistributedType.MULTI_XPU, DistributedType.MULTI_HPU,
-)  # fmt: skip
 
 
 class LocalSGD:
@@ -39,15 +30,15 @@ class LocalSGD:
     def __init__(
         self, accelerator: Accelerator, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True
     ):
-        if accelerator.distributed_type not in _SUPPORTED:
-            supported = ", ".join(map(str, _SUPPORTED))
+        # The backend says whether each process holds (and steps) the whole model itself.
+        if not getattr(accelerator.backend, "replicates_model", False):
             raise NotImplementedError(
-                f"LocalSGD runs where every process holds the whole model ({supported}), "
+                "LocalSGD runs where every process holds the whole model (plain or DDP runs), "
                 f"not under {accelerator.distributed_type}"
             )
         if int(local_sgd_steps) < 1:
             raise ValueError(f"local_sgd_steps must be at least 1, got {local_sgd_steps!r}")
-        self.enabled = enabled and accelerator.distributed_type != DistributedType.NO
+        self.enabled = enabled and accelerator.use_distributed
         self.num_steps = 0
         self.accelerator = accelerator
         self.model = model

@@ -21,26 +21,33 @@ def _numbers(values: dict[str, Any]) -> dict[str, float]:
     return {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-class WandBTracker(GeneralTracker):
+class _LibraryRun(GeneralTracker):
+    """A tracker over one run object of a tracking library: `start` sets `self.run`, which
+    `tracker` (`get_tracker(..., unwrap=True)`) returns."""
+
+    run: Any = None
+
+    @on_main_process
+    def __init__(self, run_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+
+class WandBTracker(_LibraryRun):
     """Logs to a Weights & Biases run (project = the `init_trackers` project name)."""
 
     name = "wandb"
     requires_logging_directory = False
 
     @on_main_process
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-
-    @on_main_process
     def start(self) -> None:
         wandb = _library("wandb")
         self.run = wandb.init(project=self.run_name, **self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
@@ -55,49 +62,39 @@ class WandBTracker(GeneralTracker):
         self.run.finish()
 
 
-class CometMLTracker(GeneralTracker):
+class CometMLTracker(_LibraryRun):
     """Logs to a Comet experiment (project = the `init_trackers` project name)."""
 
     name = "comet_ml"
     requires_logging_directory = False
 
     @on_main_process
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-
-    @on_main_process
     def start(self) -> None:
         comet_ml = _library("comet_ml")
-        self.writer = comet_ml.start(project_name=self.run_name, **self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.writer
+        self.run = comet_ml.start(project_name=self.run_name, **self.init_kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.writer.log_parameters(values)
+        self.run.log_parameters(values)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if step is not None:
-            self.writer.set_step(step)
+            self.run.set_step(step)
         for key, value in values.items():
             if isinstance(value, (int, float)):
-                self.writer.log_metric(key, value, step=step, **kwargs)
+                self.run.log_metric(key, value, step=step, **kwargs)
             elif isinstance(value, str):
-                self.writer.log_other(key, value, **kwargs)
+                self.run.log_other(key, value, **kwargs)
             elif isinstance(value, dict):
-                self.writer.log_metrics(value, step=step, **kwargs)
+                self.run.log_metrics(value, step=step, **kwargs)
 
     @on_main_process
     def finish(self) -> None:
-        self.writer.end()
+        self.run.end()
 
 
-class AimTracker(GeneralTracker):
+class AimTracker(_LibraryRun):
     """Logs to an Aim run stored in the logging directory."""
 
     name = "aim"
@@ -105,32 +102,26 @@ class AimTracker(GeneralTracker):
 
     @on_main_process
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str] = ".", **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
+        super().__init__(run_name, **kwargs)
         self.logging_dir = logging_dir
-        self.init_kwargs = kwargs
 
     @on_main_process
     def start(self) -> None:
-        self.writer = _library("aim").Run(repo=str(self.logging_dir), **self.init_kwargs)
-        self.writer.name = self.run_name
-
-    @property
-    def tracker(self) -> Any:
-        return self.writer
+        self.run = _library("aim").Run(repo=str(self.logging_dir), **self.init_kwargs)
+        self.run.name = self.run_name
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.writer["hparams"] = values
+        self.run["hparams"] = values
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         for key, value in values.items():
-            self.writer.track(value, name=key, step=step, **kwargs)
+            self.run.track(value, name=key, step=step, **kwargs)
 
     @on_main_process
     def finish(self) -> None:
-        self.writer.close()
+        self.run.close()
 
 
 class MLflowTracker(GeneralTracker):
@@ -175,17 +166,11 @@ class MLflowTracker(GeneralTracker):
         mlflow.end_run()
 
 
-class ClearMLTracker(GeneralTracker):
+class ClearMLTracker(_LibraryRun):
     """Logs to a ClearML task (the current one if the script already started one)."""
 
     name = "clearml"
     requires_logging_directory = False
-
-    @on_main_process
-    def __init__(self, run_name: str | None = None, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
 
     @on_main_process
     def start(self) -> None:
@@ -193,23 +178,19 @@ class ClearMLTracker(GeneralTracker):
         current = Task.current_task()
         self._owns_task = current is None
         if current is not None:
-            self.task = current
+            self.run = current
             return
         self.init_kwargs.setdefault("project_name", os.environ.get("CLEARML_PROJECT", self.run_name))
         self.init_kwargs.setdefault("task_name", os.environ.get("CLEARML_TASK", self.run_name))
-        self.task = Task.init(**self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.task
+        self.run = Task.init(**self.init_kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.task.connect_configuration(values)
+        self.run.connect_configuration(values)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        logger = self.task.get_logger()
+        logger = self.run.get_logger()
         for key, value in _numbers(values).items():
             if step is None:
                 logger.report_single_value(name=key, value=value, **kwargs)
@@ -222,10 +203,10 @@ class ClearMLTracker(GeneralTracker):
     @on_main_process
     def finish(self) -> None:
         if self._owns_task:
-            self.task.close()
+            self.run.close()
 
 
-class DVCLiveTracker(GeneralTracker):
+class DVCLiveTracker(_LibraryRun):
     """Logs to a DVCLive `Live` (given as `live=`, or made from the keyword arguments)."""
 
     name = "dvclive"
@@ -233,31 +214,26 @@ class DVCLiveTracker(GeneralTracker):
 
     @on_main_process
     def __init__(self, run_name: str | None = None, live: Any = None, **kwargs: Any) -> None:
-        super().__init__()
-        self.live = live
-        self.init_kwargs = kwargs
+        super().__init__(run_name, **kwargs)
+        self.run = live
 
     @on_main_process
     def start(self) -> None:
-        if self.live is None:
-            self.live = _library("dvclive").Live(**self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.live
+        if self.run is None:
+            self.run = _library("dvclive").Live(**self.init_kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.live.log_params(values)
+        self.run.log_params(values)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if step is not None:
-            self.live.step = step
+            self.run.step = step
         for key, value in _numbers(values).items():
-            self.live.log_metric(key, value, **kwargs)
-        self.live.next_step()
+            self.run.log_metric(key, value, **kwargs)
+        self.run.next_step()
 
     @on_main_process
     def finish(self) -> None:
-        self.live.end()
+        self.run.end()
