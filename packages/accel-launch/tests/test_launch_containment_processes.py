@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import ipaddress
 import json
@@ -20,6 +21,9 @@ from accel_launch.testing import launch_script
 
 # /proc, and the parent-death signal, are Linux's.
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; Linux only")
+
+# A forked rank that hangs fails its test within this, not after torch's 30 minutes.
+FORKED_RANK_TIMEOUT = datetime.timedelta(seconds=120)
 
 
 def process_tree(root: int) -> list[int]:
@@ -160,7 +164,7 @@ def notebook_rank_sockets() -> list[dict[str, object]]:
     """Return what this rank, its peers and the agent's store listen on (run by notebook_launcher)."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=FORKED_RANK_TIMEOUT)
     dist.barrier()
     agent = os.getppid()
     workers = [pid for pid in process_tree(agent) if pid != agent]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import time
 
 import pytest
 
 from accel_launch.testing import LaunchTimeoutError, launch_script, run_on_ranks
+
+# A forked rank that hangs fails its test within this, not after torch's 30 minutes.
+FORKED_RANK_TIMEOUT = datetime.timedelta(seconds=120)
 
 
 @dataclasses.dataclass
@@ -29,7 +33,7 @@ def all_reduce_sum(base: int, scale: dict) -> int:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=FORKED_RANK_TIMEOUT)
     tensor = torch.tensor([base + scale["by"] * dist.get_rank()])
     dist.all_reduce(tensor)
     # The process group is left alive on purpose: the worker destroys it.
@@ -39,7 +43,7 @@ def all_reduce_sum(base: int, scale: dict) -> int:
 def raise_on_rank_1() -> None:
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=FORKED_RANK_TIMEOUT)
     if dist.get_rank() == 1:
         raise ValueError("boom-rank-1")
     dist.barrier()

@@ -30,12 +30,15 @@ def _listening_addresses(port: int) -> list[str]:
 def test_loopback_rendezvous_store_listens_on_loopback_only(host, bound, proc_address):
     from accel_launch.loopback_rendezvous import LoopbackRendezvous
 
-    info = LoopbackRendezvous(host, 0, "run").next_rendezvous()
+    handler = LoopbackRendezvous(host, 0, "run")  # it owns the server: the agent holds it for the job
+    info = handler.next_rendezvous()
     assert (info.rank, info.world_size) == (0, 1)
     assert info.bootstrap_store_info.master_addr == bound  # an address: every worker reaches the same one
     info.store.set("key", "value")
     assert info.store.get("key") == b"value"
     assert _listening_addresses(info.bootstrap_store_info.master_port) == [proc_address]
+    handler.shutdown()
+    assert _listening_addresses(info.bootstrap_store_info.master_port) == []  # the job's end closes it
 
 
 def test_loopback_rendezvous_refuses_an_address_beyond_the_machine():

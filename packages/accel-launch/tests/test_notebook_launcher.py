@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 
@@ -9,12 +10,15 @@ import pytest
 
 from accel_launch import NotebookLaunchError, notebook_launcher
 
+# A forked rank that hangs fails its test within this, not after torch's 30 minutes.
+FORKED_RANK_TIMEOUT = datetime.timedelta(seconds=120)
+
 
 def record_rank(folder: str, value: int) -> dict[str, object]:
     """Write this rank's view to a file and return it (module level, as a notebook cell would define)."""
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=FORKED_RANK_TIMEOUT)
     ranks: list[object] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, dist.get_rank())
     dist.destroy_process_group()
@@ -60,6 +64,24 @@ def test_a_failed_notebook_job_is_torchs_child_failed_error():
     assert isinstance(caught.value, NotebookLaunchError)
     assert list(caught.value.failures) == [1]
     assert caught.value.failures[1].exitcode != 0
+
+
+def store_server_threads() -> int:
+    """Return how many TCPStore server threads this process runs."""
+    tasks = Path("/proc/self/task")
+    return sum((task / "comm").read_text().startswith("pt_tcpstore") for task in tasks.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc to count threads")
+def test_a_kept_failure_holds_no_store_server_thread():
+    # Workers are forked from this process: a store left serving here from an earlier job would be
+    # inherited by every later job's workers.
+    before = store_server_threads()
+    with pytest.raises(NotebookLaunchError) as caught:
+        notebook_launcher(fail_on_rank_one, num_processes=2)
+    assert caught.value.__cause__ is not None  # the error and its cause are still held ...
+    assert store_server_threads() == before  # ... but not the finished job's store
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ class LoopbackRendezvous(RendezvousHandler):
         self.port = port
         self.run_id = run_id
         self.timeout = timeout
-        self._store: TCPStore | None = None
+        self._server: TCPStore | None = None
 
     def get_backend(self) -> str:
         return BACKEND
@@ -52,12 +52,15 @@ class LoopbackRendezvous(RendezvousHandler):
 
     def next_rendezvous(self) -> RendezvousInfo:
         # One store for the whole job: a restarted worker group keeps it, as under the static rendezvous.
-        if self._store is None:
+        if self._server is None:
             # The workers get the address bound, not a name: `localhost` may resolve to ::1 for one
             # process and to 127.0.0.1 for another.
-            self._store, self.host = _loopback_store(self.host, self.port, self.timeout)
-            self.port = self._store.port
-        store: Store = PrefixStore(self.run_id, self._store)
+            self._server, self.host = _loopback_store(self.host, self.port, self.timeout)
+            self.port = self._server.port
+        # The agent gets a client of its own: whatever keeps the agent alive after the job (a logged
+        # traceback's frames) then keeps a closed connection, not the server and its thread.
+        client = TCPStore(self.host, self.port, is_master=False, timeout=self.timeout)
+        store: Store = PrefixStore(self.run_id, client)
         return RendezvousInfo(store, 0, 1, RendezvousStoreInfo(self.host, self.port))
 
     def is_closed(self) -> bool:
@@ -73,6 +76,8 @@ class LoopbackRendezvous(RendezvousHandler):
         return self.run_id
 
     def shutdown(self) -> bool:
+        # The agent calls this when the job ends: the server's thread stops with its only reference.
+        self._server = None
         return True
 
 

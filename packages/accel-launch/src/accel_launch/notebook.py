@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -165,6 +166,9 @@ def _launch(
             results = elastic_launch(config, _tied_function(function))(*args)
     except ChildFailedError as error:
         rank, failure = min(error.failures.items())
+        # The finished agent's frames hold its store, whose server thread would live on in this
+        # process (and in every worker forked by the next launch) for as long as the error is kept.
+        traceback.clear_frames(error.__traceback__)
         raise NotebookLaunchError(
             f"rank {rank} of {num_processes} failed (exit code {failure.exitcode}): "
             f"{_first_line(failure.message)}",
