@@ -20,13 +20,17 @@ PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel"]
 # Adapters: each has its own session, with its engine installed at the version its issue measured.
 DEEPSPEED_PACKAGE = "accel-deepspeed"
 DEEPSPEED = "deepspeed==0.19.8"
-ADAPTERS = [DEEPSPEED_PACKAGE]
+XLA_PACKAGE = "accel-xla"
+# torch_xla 2.9.0 loads only into exactly torch 2.9.0: the xla session installs through these pins
+# instead of constraints.txt (torch 2.13.0).
+XLA_CONSTRAINTS = str(ROOT / "constraints-xla.txt")
+ADAPTERS = [DEEPSPEED_PACKAGE, XLA_PACKAGE]
 
 # Checkers are pinned: a new release that formats or infers differently must not turn main red.
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
 MYPY = "mypy==2.4.1"
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration", "deepspeed"]
+nox.options.sessions = ["lint", "typecheck", "tests", "integration", "deepspeed", "xla"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -153,6 +157,29 @@ def deepspeed(session: nox.Session) -> None:
         "no:cacheprovider",
         str(PACKAGES_DIR / DEEPSPEED_PACKAGE / "tests"),
         str(ROOT / "integration-tests" / "deepspeed"),
+        *session.posargs,
+        env=env,
+    )
+
+
+@nox.session
+def xla(session: nox.Session) -> None:
+    """accel-xla's tests on XLA's CPU device (PJRT_DEVICE=CPU), with torch and torch_xla 2.9.0.
+
+    Its tests drive an Accelerator, so the facade and its siblings are installed beside the adapter,
+    all from their folders in one resolver run.
+    """
+    siblings = (str(PACKAGES_DIR / name) for name in sibling_closure("accel"))
+    targets = [*siblings, f"{PACKAGES_DIR / XLA_PACKAGE}[test]"]
+    session.install("-c", XLA_CONSTRAINTS, *targets)
+    session.run("pip", "check")
+    env = {**TEST_ENV, "PJRT_DEVICE": "CPU"}
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(PACKAGES_DIR / XLA_PACKAGE / "tests"),
         *session.posargs,
         env=env,
     )

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+
 from accel_deepspeed import DeepSpeedConfigError, DeepSpeedPlugin
 from accel_deepspeed.backend import DeepSpeedBackend
 from accel_deepspeed.engine_objects import EngineScheduler
-
 from accel_state import BackendOptions, GradientState, PreparedObjects
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from accel_deepspeed import DeepSpeedConfigError, DeepSpeedPlugin, DummyOptim, DummyScheduler
 from accel_deepspeed.config_errors import Setting
 from accel_deepspeed.config_resolution import fill_prepare_values, resolve_config

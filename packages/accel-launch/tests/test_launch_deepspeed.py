@@ -506,7 +506,7 @@ def test_a_bad_deepspeed_env_var_is_refused_naming_it(name, value, problem, scri
         ("ACCEL_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none", "disk", "must be one of none, cpu, nvme"),
         ("ACCEL_DEEPSPEED_ZERO3_INIT", "true", "maybe", "is not a boolean"),
         ("ACCEL_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "0", "maybe", "is not a boolean"),
-        ("ACCEL_DISTRIBUTED_TYPE", "DEEPSPEED", "FSDP", "must be one of"),
+        ("ACCEL_DISTRIBUTED_TYPE", "DEEPSPEED", "MEGATRON_LM", "must be one of"),
     ],
 )
 def test_env_check_of_each_deepspeed_variable(name, good, bad, problem):

@@ -40,7 +40,7 @@ def test_a_scripts_gating_tuple_evaluates():
 
 def test_config_choices_are_the_enum_and_launch_choices_those_with_a_backend():
     assert choices.CONFIG_DISTRIBUTED_TYPES == tuple(t.value for t in DistributedType)
-    assert choices.LAUNCHABLE_DISTRIBUTED_TYPES == ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED")
+    assert choices.LAUNCHABLE_DISTRIBUTED_TYPES == ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP")
 
 
 @pytest.mark.parametrize("value", ["multi_npu", " MEGATRON_LM ", "MULTI_NEURON"])

@@ -94,6 +94,14 @@ def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Run a DeepSpeed job (distributed_type DEEPSPEED); needs accel[deepspeed].",
         )
     )
+    options.append(
+        click.option(
+            *_flag("use_fsdp"),
+            is_flag=True,
+            default=False,
+            help="Run an FSDP2 job (distributed_type FSDP): every model fully sharded across processes.",
+        )
+    )
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
     for option in reversed(options):
         func = option(func)
@@ -124,6 +132,11 @@ def _given_flags(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
         if chosen not in (None, "DEEPSPEED"):
             raise click.UsageError(f"--use_deepspeed contradicts --distributed_type {chosen}")
         given["distributed_type"] = "DEEPSPEED"
+    if values.get("use_fsdp") and ctx.get_parameter_source("use_fsdp") == ParameterSource.COMMANDLINE:
+        chosen = given.get("distributed_type")
+        if chosen not in (None, "FSDP"):
+            raise click.UsageError(f"--use_fsdp contradicts --distributed_type {chosen}")
+        given["distributed_type"] = "FSDP"
     return given
 
 
@@ -218,7 +231,7 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     import os
 
     from accel_launch.deepspeed_launch import check_deepspeed_job, deepspeed_options
-    from accel_launch.effective_config import check_launchable
+    from accel_launch.effective_config import check_launchable, fsdp_env
     from accel_launch.env_check import check_accel_env
     from accel_launch.machine_limits import check_process_count
 
@@ -245,6 +258,7 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             enable_cpu_affinity=bool(config["enable_cpu_affinity"]),
             dynamo_backend=config["dynamo_backend"],
             deepspeed=deepspeed_options(config) if config.uses_deepspeed else None,
+            fsdp_env=fsdp_env(config) if config.uses_fsdp else {},
             max_restarts=flags["max_restarts"],
             monitor_interval=flags["monitor_interval"],
             module=flags["module"],

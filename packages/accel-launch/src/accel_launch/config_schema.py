@@ -17,6 +17,8 @@ from accel_state.choices import (
     CONFIG_DISTRIBUTED_TYPES,
     CONFIG_MIXED_PRECISION_CHOICES,
     DEEPSPEED_OFFLOAD_DEVICES,
+    FSDP_AUTO_WRAP_POLICIES,
+    FSDP_STATE_DICT_TYPES,
     ZERO_STAGES,
 )
 
@@ -110,7 +112,7 @@ _KEYS = (
     ConfigKey("tpu_vm", "list", None, "TPU VMs (XLA; later)."),
     ConfigKey("tpu_env", "list", None, "Env vars for a TPU pod (XLA; later)."),
     ConfigKey("deepspeed_config", "dict", None, "DeepSpeed section (its keys below)."),
-    ConfigKey("fsdp_config", "dict", None, "FSDP section (later issue)."),
+    ConfigKey("fsdp_config", "dict", None, "FSDP section (its keys below)."),
     ConfigKey("megatron_lm_config", "dict", None, "Megatron-LM section (not supported)."),
     ConfigKey("dynamo_config", "dict", None, "torch.compile section (passed on as dynamo_backend)."),
     ConfigKey("ipex_config", "dict", None, "Intel extension section (not supported)."),
@@ -167,15 +169,73 @@ _DEEPSPEED_KEYS = (
     ),
 )
 DEEPSPEED_KEYS: dict[str, ConfigKey] = {key.name: key for key in _DEEPSPEED_KEYS}
+
+FSDP_SECTION = "fsdp_config"
+# Accelerate's `fsdp_config:` keys for FSDP2 (`fully_shard`); each flag takes a value, as in
+# Accelerate (`--fsdp_offload_params true`), and is refused without FSDP.
+_FSDP_KEYS = (
+    ConfigKey(
+        "fsdp_version", "int", None, "FSDP version: 2 (fully_shard); FSDP1 is not supported.", ("1", "2")
+    ),
+    ConfigKey(
+        "fsdp_auto_wrap_policy",
+        "choice",
+        None,
+        "Which submodules FSDP shards on their own.",
+        FSDP_AUTO_WRAP_POLICIES,
+    ),
+    ConfigKey(
+        "fsdp_transformer_layer_cls_to_wrap",
+        "str",
+        None,
+        "Class names (comma-separated) of the layers TRANSFORMER_BASED_WRAP shards.",
+    ),
+    ConfigKey(
+        "fsdp_min_num_params",
+        "int",
+        None,
+        "Parameters above which SIZE_BASED_WRAP shards a module.",
+        minimum=0,
+    ),
+    ConfigKey("fsdp_reshard_after_forward", "bool", None, "Free the gathered parameters after forward."),
+    ConfigKey(
+        "fsdp_state_dict_type",
+        "choice",
+        None,
+        "How save_state writes models and optimizers.",
+        FSDP_STATE_DICT_TYPES,
+    ),
+    ConfigKey(
+        "fsdp_cpu_ram_efficient_loading",
+        "bool",
+        None,
+        "Only the main process loads the weights; others may hold none.",
+    ),
+    ConfigKey(
+        "fsdp_activation_checkpointing",
+        "bool",
+        None,
+        "Recompute the sharded layers' activations in backward.",
+    ),
+    ConfigKey(
+        "fsdp_offload_params",
+        "bool",
+        None,
+        "Offload parameters, gradients and optimizer states to the CPU (GPU runs).",
+    ),
+)
+FSDP_KEYS: dict[str, ConfigKey] = {key.name: key for key in _FSDP_KEYS}
 # The sections of a file whose keys are typed; the other mappings are passed over unchecked.
-SECTIONS: dict[str, dict[str, ConfigKey]] = {DEEPSPEED_SECTION: DEEPSPEED_KEYS}
+SECTIONS: dict[str, dict[str, ConfigKey]] = {DEEPSPEED_SECTION: DEEPSPEED_KEYS, FSDP_SECTION: FSDP_KEYS}
 # Section keys that are settings under their own name (flag, env var, `config show`), and the
 # section each comes from. A section key named like a top-level key (gradient_accumulation_steps)
 # is not: it is the top-level key's fallback.
 SECTION_SETTINGS: dict[str, ConfigKey] = {
-    name: key for name, key in DEEPSPEED_KEYS.items() if name not in KEYS
+    name: key for keys in SECTIONS.values() for name, key in keys.items() if name not in KEYS
 }
-SECTION_OF: dict[str, str] = dict.fromkeys(SECTION_SETTINGS, DEEPSPEED_SECTION)
+SECTION_OF: dict[str, str] = {
+    name: section for section, keys in SECTIONS.items() for name in keys if name in SECTION_SETTINGS
+}
 # Every setting an effective config holds: the top-level keys, then the section settings.
 SETTINGS: dict[str, ConfigKey] = {**KEYS, **SECTION_SETTINGS}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from accel_launch.config_schema import (
     DEEPSPEED_SECTION,
+    FSDP_KEYS,
     SECTION_OF,
     SECTION_SETTINGS,
     SETTINGS,
@@ -24,6 +25,7 @@ from accel_state.choices import CPU_DISTRIBUTED_TYPES, LAUNCHABLE_DISTRIBUTED_TY
 
 DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
 DEEPSPEED = "DEEPSPEED"
+FSDP = "FSDP"
 # The one DeepSpeed multi-machine launcher accel has: torch's elastic agent on every machine.
 STANDARD_MULTINODE_LAUNCHER = "standard"
 
@@ -65,6 +67,11 @@ class EffectiveConfig:
         """True when the job is a DeepSpeed one (`--use_deepspeed` or `distributed_type: DEEPSPEED`)."""
         return self.given("distributed_type") == DEEPSPEED
 
+    @property
+    def uses_fsdp(self) -> bool:
+        """True when the job is an FSDP one (`--use_fsdp` or `distributed_type: FSDP`)."""
+        return self.given("distributed_type") == FSDP
+
 
 def config_env_names() -> dict[str, str]:
     """Return the ACCEL_* env var that may set each config key (names from accel_state.env_vars)."""
@@ -85,7 +92,35 @@ def config_env_names() -> dict[str, str]:
         "offload_param_device": env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE,
         "zero3_init_flag": env_vars.DEEPSPEED_ZERO3_INIT,
         "zero3_save_16bit_model": env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL,
+        **fsdp_env_names(),
     }
+
+
+def fsdp_env_names() -> dict[str, str]:
+    """Return the ACCEL_FSDP_* env var of each `fsdp_config:` key (read by FullyShardedDataParallelPlugin)."""
+    from accel_state import env_vars
+
+    return {
+        "fsdp_version": env_vars.FSDP_VERSION,
+        "fsdp_auto_wrap_policy": env_vars.FSDP_AUTO_WRAP_POLICY,
+        "fsdp_transformer_layer_cls_to_wrap": env_vars.FSDP_TRANSFORMER_CLS_TO_WRAP,
+        "fsdp_min_num_params": env_vars.FSDP_MIN_NUM_PARAMS,
+        "fsdp_reshard_after_forward": env_vars.FSDP_RESHARD_AFTER_FORWARD,
+        "fsdp_state_dict_type": env_vars.FSDP_STATE_DICT_TYPE,
+        "fsdp_cpu_ram_efficient_loading": env_vars.FSDP_CPU_RAM_EFFICIENT_LOADING,
+        "fsdp_activation_checkpointing": env_vars.FSDP_ACTIVATION_CHECKPOINTING,
+        "fsdp_offload_params": env_vars.FSDP_OFFLOAD_PARAMS,
+    }
+
+
+def fsdp_env(config: EffectiveConfig) -> dict[str, str]:
+    """Return the ACCEL_FSDP_* env vars an FSDP job's workers get: those of the settings given."""
+    env = {}
+    for name, variable in fsdp_env_names().items():
+        value = config.given(name)
+        if value is not None:
+            env[variable] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return env
 
 
 def resolve_config(
@@ -228,14 +263,21 @@ def check_combinations(config: EffectiveConfig) -> None:
 
 
 def _check_deepspeed_flags_need_deepspeed(config: EffectiveConfig) -> None:
-    """Raise ConfigError for a DeepSpeed flag given to a job that is not a DeepSpeed one."""
-    if config.uses_deepspeed:
-        return
+    """Raise ConfigError for a DeepSpeed (FSDP) flag given to a job that is not a DeepSpeed (FSDP) one."""
     for name in SECTION_SETTINGS:
-        if config.sources[name] == FLAG:
+        if config.sources[name] != FLAG:
+            continue
+        if name in FSDP_KEYS and not config.uses_fsdp:
+            raise ConfigError(f"--{name} is an FSDP option: add --use_fsdp (or set distributed_type: FSDP)")
+        if name not in FSDP_KEYS and not config.uses_deepspeed:
             raise ConfigError(
                 f"--{name} is a DeepSpeed option: add --use_deepspeed (or set distributed_type: DEEPSPEED)"
             )
+    if config.given("fsdp_version") == 1:
+        raise ConfigError(
+            f"{config.where('fsdp_version')} is 1: FSDP1 (the FullyShardedDataParallel wrapper) is not "
+            "supported; use fsdp_version 2 (fully_shard)"
+        )
 
 
 def _check_multinode_launcher(config: EffectiveConfig) -> None:

@@ -17,6 +17,8 @@ from accel_launch.deepspeed_launch import json_config_problem
 from accel_state import env_vars
 from accel_state.choices import (
     DEEPSPEED_OFFLOAD_DEVICES,
+    FSDP_AUTO_WRAP_POLICIES,
+    FSDP_STATE_DICT_TYPES,
     LAUNCHABLE_DISTRIBUTED_TYPES,
     LOG_LEVEL_CHOICES,
     MIXED_PRECISION_CHOICES,
@@ -92,6 +94,15 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE: _one_of(DEEPSPEED_OFFLOAD_DEVICES),
     env_vars.DEEPSPEED_ZERO3_INIT: _boolean,
     env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL: _boolean,
+    env_vars.FSDP_VERSION: _one_of(("1", "2")),  # 1 is refused with its own message, by the config check
+    env_vars.FSDP_AUTO_WRAP_POLICY: _one_of(FSDP_AUTO_WRAP_POLICIES),
+    env_vars.FSDP_TRANSFORMER_CLS_TO_WRAP: _anything,  # class names, checked against the model
+    env_vars.FSDP_MIN_NUM_PARAMS: _positive_integer,
+    env_vars.FSDP_RESHARD_AFTER_FORWARD: _boolean,
+    env_vars.FSDP_STATE_DICT_TYPE: _one_of(FSDP_STATE_DICT_TYPES),
+    env_vars.FSDP_CPU_RAM_EFFICIENT_LOADING: _boolean,
+    env_vars.FSDP_ACTIVATION_CHECKPOINTING: _boolean,
+    env_vars.FSDP_OFFLOAD_PARAMS: _boolean,
     env_vars.CHECK_COLLECTIVES: _boolean,
     env_vars.LOG_LEVEL: _one_of(LOG_LEVEL_CHOICES),
     env_vars.LAUNCHED: _anything,  # the launcher sets it to 1 whatever it was

@@ -83,6 +83,7 @@ class LaunchOptions:
     enable_cpu_affinity: bool = False
     dynamo_backend: str | None = None
     deepspeed: DeepSpeedOptions | None = None  # set for a DeepSpeed job (distributed_type DEEPSPEED)
+    fsdp_env: dict[str, str] = field(default_factory=dict)  # ACCEL_FSDP_* of an FSDP job
 
     def __post_init__(self) -> None:
         self.validate()

@@ -162,6 +162,7 @@ def worker_env(
                 options.deepspeed, cpu=options.cpu, environ=seen, gpu_visible=gpu_visible or visible_gpu
             )
         )
+    env.update(options.fsdp_env)
     if not options.is_multi_machine:
         # Their listening sockets would otherwise take the address the host name resolves to.
         interface = loopback_interface()

@@ -22,6 +22,7 @@ _HOMES = {
     "ProcessSetup": "backend",
     "backend_factory": "backend",
     "create_backend": "backend",
+    "host_copy": "backend",
     "register_backend": "backend",
     "barrier": "collectives",
     "broadcast": "collectives",
@@ -39,6 +40,9 @@ _HOMES = {
     "DistributedType": "distributed_type",
     "resolve_distributed_type": "distributed_type",
     "EnvVarError": "env_vars",
+    "FsdpBackend": "fsdp_backend",
+    "FsdpConfigError": "fsdp_plugin",
+    "FullyShardedDataParallelPlugin": "fsdp_plugin",
     "GradientAccumulationPlugin": "gradient_accumulation",
     "GradientState": "gradient_state",
     "KwargsHandler": "kwargs_handler",
@@ -78,6 +82,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "FsdpBackend",
+    "FsdpConfigError",
+    "FullyShardedDataParallelPlugin",
     "AcceleratorState",
     "Backend",
     "BackendFactory",
@@ -114,6 +121,7 @@ __all__ = [
     "broadcast_object_list",
     "copy_tensor_to_devices",
     "create_backend",
+    "host_copy",
     "detect_launch_environment",
     "find_executable_batch_size",
     "gather",

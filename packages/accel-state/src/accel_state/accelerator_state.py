@@ -71,6 +71,8 @@ class AcceleratorState:
             backend=backend,
             init_method=init_method,
         )
+        # Setting the process up may have given each thread its own state (XLA replicas): use it.
+        self.__dict__ = self._shared_state
         self.mixed_precision = mode
         self._partial = partial
 

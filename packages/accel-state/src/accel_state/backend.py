@@ -39,6 +39,7 @@ _BUILT_IN: dict[DistributedType, str] = {
     DistributedType.NO: _NATIVE,
     DistributedType.MULTI_CPU: _NATIVE,
     DistributedType.MULTI_GPU: _NATIVE,
+    DistributedType.FSDP: "accel_state.fsdp_backend:FsdpBackend",
 }
 
 
@@ -50,6 +51,9 @@ class ProcessSetup:
     device: torch.device
     process_group_backend: str | None
     communicator: Communicator
+    # This process's place in the job when the backend's runtime assigns it (XLA's replicas, which
+    # may be threads no launcher variable describes); None: as the launcher's variables say.
+    launch: LaunchEnvironment | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,9 @@ class Backend(Protocol):
     # optimizer files its save_checkpoint leaves; a checkpoint loads only into a backend of its format.
     # Optional attribute `replicates_model` (default False): every process holds and steps the
     # whole model itself, so its weights can be averaged across processes (LocalSGD).
+    # Optional method `to_host(data) -> data` (default: data as it is): `data` with every tensor
+    # copied to the host, for tensors a file cannot hold where they live (XLA's lazy tensors).
+    # `host_copy` below calls it; `Accelerator.save` and `save_state` write through it.
 
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
         """Return the objects wrapped for this backend (DDP, engines, device loaders), same order.
@@ -247,6 +254,12 @@ def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
         )
     _registry[distributed_type] = factory
     return factory
+
+
+def host_copy(backend: Any, data: Any) -> Any:
+    """Return `data` as a file can hold it: through the backend's `to_host` when it has one, else as it is."""
+    to_host = getattr(backend, "to_host", None)
+    return data if to_host is None else to_host(data)
 
 
 def create_backend(

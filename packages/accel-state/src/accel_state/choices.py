@@ -27,6 +27,7 @@ LAUNCHABLE_DISTRIBUTED_TYPES = tuple(
         DistributedType.MULTI_CPU,
         DistributedType.MULTI_GPU,
         DistributedType.DEEPSPEED,
+        DistributedType.FSDP,
     )
 )
 # Those a job may run on the CPU with (DeepSpeed has a CPU accelerator).
@@ -34,6 +35,7 @@ CPU_DISTRIBUTED_TYPES = (
     DistributedType.NO.value,
     DistributedType.MULTI_CPU.value,
     DistributedType.DEEPSPEED.value,
+    DistributedType.FSDP.value,
 )
 # Every value of Accelerate's `distributed_type` key, accepted in a config file: each member of the
 # enum, which holds all of Accelerate's.
@@ -42,3 +44,8 @@ CONFIG_DISTRIBUTED_TYPES = tuple(kind.value for kind in DistributedType)
 # DeepSpeed: the ZeRO stages and where ZeRO may offload optimizer states and parameters.
 ZERO_STAGES = (0, 1, 2, 3)
 DEEPSPEED_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+# FSDP (version 2, `fully_shard`): the auto-wrap policies and state dict types, Accelerate's names.
+FSDP_VERSIONS = (2,)
+FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+FSDP_STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")

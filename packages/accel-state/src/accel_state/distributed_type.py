@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import glob
+import importlib.util
+import os
 
 from accel_state import env_vars
 
@@ -42,9 +45,29 @@ def _parse(value: DistributedType | str, source: str) -> DistributedType:
         raise ValueError(f"{source}: {value!r} is not a distributed type; choose one of {choices}") from None
 
 
-def resolve_distributed_type(requested: DistributedType | str | None = None) -> DistributedType:
+def xla_device_configured() -> bool:
+    """Return True when torch_xla can be imported and an XLA device is configured: `PJRT_DEVICE` is
+    set, or this machine has a TPU. Installing torch_xla alone does not make a run an XLA run.
+
+    Neither torch_xla nor torch is imported: the answer costs a path lookup.
+    """
+    try:
+        if importlib.util.find_spec("torch_xla") is None:
+            return False
+    except (ImportError, ValueError):
+        return False
+    if os.environ.get(env_vars.PJRT_DEVICE, "").strip():
+        return True
+    # A TPU VM exposes its chips as /dev/accel* (v2-v4) or /dev/vfio/* (v5 and later).
+    return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def resolve_distributed_type(
+    requested: DistributedType | str | None = None, *, cpu: bool = False
+) -> DistributedType:
     """Return the type whose backend sets this process up: the argument, else ACCEL_DISTRIBUTED_TYPE
-    (written by the launcher), else NO, which the native backend refines from the environment
+    (written by the launcher), else XLA when an XLA device is configured (`xla_device_configured`)
+    and `cpu` was not asked for, else NO, which the native backend refines from the environment
     (MULTI_CPU or MULTI_GPU when several processes were launched)."""
     if requested is not None:
         return _parse(requested, "distributed_type argument")
@@ -54,4 +77,6 @@ def resolve_distributed_type(requested: DistributedType | str | None = None) -> 
             return _parse(from_env, f"environment variable {env_vars.DISTRIBUTED_TYPE}")
         except ValueError as error:
             raise env_vars.EnvVarError(str(error)) from None
+    if not cpu and xla_device_configured():
+        return DistributedType.XLA
     return DistributedType.NO

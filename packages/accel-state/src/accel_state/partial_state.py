@@ -79,13 +79,13 @@ class PartialState:
         self.__dict__ = self._shared_state
         if self.initialized:
             return
-        requested = resolve_distributed_type(distributed_type)
+        cpu = cpu or bool(env_vars.read_flag(env_vars.USE_CPU))
+        requested = resolve_distributed_type(distributed_type, cpu=cpu)
         factory = backend_factory(requested)
         if factory.per_thread_state and not per_thread_state():
             use_per_thread_state()
             self.__dict__ = self._shared_state
         found = detect_launch_environment()
-        cpu = cpu or bool(env_vars.read_flag(env_vars.USE_CPU))
         debug = bool(env_vars.read_flag(env_vars.DEBUG_MODE))
         # On unless set to a false word; empty means unset, as the launcher's check reads it.
         unset = env_vars.read_str(env_vars.CHECK_COLLECTIVES) is None
@@ -95,6 +95,7 @@ class PartialState:
         # Passed only when asked for, so factories written before the option keep working.
         extra = {"process_group": group} if group != ProcessGroupOptions() else {}
         setup = factory.setup_process(found, cpu=cpu, timeout=resolved_timeout, **extra)
+        found = setup.launch or found  # a runtime that assigns ranks itself (XLA) knows better
         self.launch_environment = found
         self.num_processes = found.world_size
         self.process_index = found.rank

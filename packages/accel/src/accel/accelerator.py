@@ -41,6 +41,7 @@ from accel_state import (
     KwargsHandler,
     PreparedObjects,
     create_backend,
+    host_copy,
 )
 from accel_state import collectives as _collectives
 from accel_state.memory import release_memory
@@ -68,9 +69,11 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         kwargs_handlers: list[KwargsHandler] | None = None,
         log_with: Any = None,
         deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
     ) -> None:
-        """`deepspeed_plugin` (a `DeepSpeedPlugin`, accel[deepspeed]) runs the job on DeepSpeed; like
-        every backend plugin it names its distributed type and reaches the backend untouched."""
+        """`deepspeed_plugin` (a `DeepSpeedPlugin`, accel[deepspeed]) runs the job on DeepSpeed, and
+        `fsdp_plugin` (a `FullyShardedDataParallelPlugin`) on FSDP2; like every backend plugin each
+        names its distributed type and reaches the backend untouched."""
         handlers = KwargsHandlers.from_list(kwargs_handlers)
         self.ddp_handler = handlers.ddp_handler
         self.scaler_handler = handlers.scaler_handler
@@ -80,7 +83,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self.fp8_recipe_handler = None  # Accelerate's name; accel runs no fp8
         plugin = resolve_accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
         state_kwargs = handlers.state_kwargs(timeout)
-        backend_plugin = deepspeed_plugin
+        if deepspeed_plugin is not None and fsdp_plugin is not None:
+            raise ValueError("Accelerator: pass deepspeed_plugin or fsdp_plugin, not both")
+        backend_plugin = deepspeed_plugin if deepspeed_plugin is not None else fsdp_plugin
         wanted_type = getattr(backend_plugin, "distributed_type", None)
         self.state = AcceleratorState(
             mixed_precision=mixed_precision, cpu=cpu, distributed_type=wanted_type, **state_kwargs
@@ -128,6 +133,16 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     def deepspeed_plugin(self) -> Any:
         """The DeepSpeedPlugin of a DeepSpeed run (None otherwise), as Accelerate names it."""
         return getattr(self.backend, "deepspeed_plugin", None)
+
+    @property
+    def fsdp_plugin(self) -> Any:
+        """The FullyShardedDataParallelPlugin of an FSDP run (None otherwise), as Accelerate names it."""
+        return getattr(self.backend, "fsdp_plugin", None)
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """True on an FSDP run (accel runs FSDP2 only)."""
+        return self.fsdp_plugin is not None
 
     @property
     def split_batches(self) -> bool:
@@ -386,6 +401,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         """Save `obj` to `f` from the main process only (safetensors for a flat tensor dict if asked)."""
         if not self.is_main_process:
             return
+        obj = host_copy(self.backend, obj)  # device tensors a file cannot hold are copied to the host
         if safe_serialization:
             from safetensors.torch import save_file
 

@@ -18,7 +18,7 @@ from accel.checkpoint_registry import CheckpointRegistry, registry_of
 from accel.checkpoint_restore import check_resumable_loaders, expect_count, files_to_read, restore_plan
 from accel.checkpoint_rng import portable_rng_states
 from accel.checkpoint_writer import FolderWriter
-from accel_state import PartialState, PreparedObjects, barrier, gather_object
+from accel_state import PartialState, PreparedObjects, barrier, gather_object, host_copy
 from accel_state.timeouts import named_collective
 
 
@@ -73,16 +73,19 @@ def _write_main_files(
     weights: list[dict],
     safe: bool,
 ) -> dict[str, Any]:
-    model_files = [write_model(writer, i, state, safe) for i, state in enumerate(weights)]
+    def host(state: Any) -> Any:
+        return host_copy(accelerator.backend, state)  # the backend's device tensors, on the host
+
+    model_files = [write_model(writer, i, host(state), safe) for i, state in enumerate(weights)]
     for i, optimizer in enumerate(prepared.optimizers):
-        writer.write_torch(f"optimizer{suffix(i)}.bin", optimizer.state_dict())
+        writer.write_torch(f"optimizer{suffix(i)}.bin", host(optimizer.state_dict()))
     for i, scheduler in enumerate(prepared.schedulers):
-        writer.write_torch(f"scheduler{suffix(i)}.bin", scheduler.state_dict())
+        writer.write_torch(f"scheduler{suffix(i)}.bin", host(scheduler.state_dict()))
     scaler = accelerator.precision.scaler
     if scaler is not None:
-        writer.write_torch("scaler.pt", scaler.state_dict())
+        writer.write_torch("scaler.pt", host(scaler.state_dict()))
     for i, obj in enumerate(registry.custom_objects):
-        writer.write_torch(f"custom_checkpoint_{i}.pt", obj.state_dict())
+        writer.write_torch(f"custom_checkpoint_{i}.pt", host(obj.state_dict()))
     loaders = [_loader_state(loader) for loader in prepared.data_loaders]
     try:
         writer.write_json(TRAINING_STATE_NAME, {"step": int(accelerator.step), "dataloaders": loaders})

@@ -15,7 +15,13 @@ from accel.kwargs_handlers import (
 )
 from accel.project_config import ProjectConfiguration
 from accel.tracking import LoggerType
-from accel_state import DDPCommunicationHookType, DistributedType, GradientAccumulationPlugin, KwargsHandler
+from accel_state import (
+    DDPCommunicationHookType,
+    DistributedType,
+    FullyShardedDataParallelPlugin,
+    GradientAccumulationPlugin,
+    KwargsHandler,
+)
 
 __all__ = [
     "AutocastKwargs",
@@ -23,6 +29,7 @@ __all__ = [
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",

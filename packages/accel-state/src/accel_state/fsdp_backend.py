@@ -1,0 +1,304 @@
+"""The FSDP2 backend: `torch.distributed.fsdp.fully_shard` behind the Backend seam.
+
+`prepare` shards each model (the auto-wrap policy's submodules first, then the root) over one
+device mesh of every process, re-binds optimizers built before `prepare` onto the sharded (DTensor)
+parameters, and runs bf16 as FSDP's own `MixedPrecisionPolicy` (parameters all-gathered in bf16,
+gradients reduced in fp32). Accumulation skips the reduce-scatter (`set_requires_gradient_sync`);
+clipping measures the global norm over the shards. Pure torch: nothing to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+from accel_state import fsdp_checkpoint
+from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.communication import TorchCommunicator
+from accel_state.distributed_type import DistributedType
+from accel_state.fsdp_plugin import SHARDED_STATE_DICT, FsdpConfigError, FullyShardedDataParallelPlugin
+from accel_state.fsdp_wrap import apply_activation_checkpointing, modules_to_shard
+from accel_state.gradient_state import GradientState
+from accel_state.launch_env import LaunchEnvironment
+from accel_state.native_backend import join_job, unwrap
+from accel_state.prepared_objects import PreparedObjects
+
+
+class FsdpBackend:
+    """Every model fully sharded across all processes (FSDP2, DTensor parameters)."""
+
+    per_thread_state = False
+    replicates_model = False  # each process holds a shard: LocalSGD has nothing to average
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def setup_process(
+        cls,
+        launch: LaunchEnvironment,
+        *,
+        cpu: bool,
+        timeout: datetime.timedelta,
+        process_group: ProcessGroupOptions | None = None,
+    ) -> ProcessSetup:
+        """Pick the device and join the process group (a group of one for a lone process: FSDP needs one)."""
+        device, group_backend = join_job(
+            launch, cpu=cpu, timeout=timeout, process_group=process_group, group_of_one=True
+        )
+        return ProcessSetup(DistributedType.FSDP, device, group_backend, TorchCommunicator())
+
+    def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
+        options = options or BackendOptions()
+        plugin = options.plugin if options.plugin is not None else FullyShardedDataParallelPlugin()
+        if not isinstance(plugin, FullyShardedDataParallelPlugin):
+            raise TypeError(
+                f"the FSDP backend needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}"
+            )
+        self.state = state
+        self.fsdp_plugin = plugin
+        self.precision = options.precision
+        if self.precision.mode not in ("no", "bf16"):
+            raise FsdpConfigError(
+                f"mixed precision {self.precision.mode} is not supported under FSDP here; use bf16 or no"
+            )
+        if plugin.cpu_offload and state.device.type == "cpu":
+            raise FsdpConfigError(
+                "cpu_offload (--fsdp_offload_params): FSDP's CPUOffloadPolicy needs a GPU run; on the CPU "
+                "the parameters are in host memory already"
+            )
+        self.gradient_state = GradientState()
+        self._mesh: Any = None
+        # Each prepared model's original parameters -> its sharded ones, for optimizers built before.
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        self._sharded_param: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._model_of_param: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._model_of_optimizer: dict[int, torch.nn.Module] = {}
+        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+
+    @property
+    def checkpoint_format(self) -> str:
+        """ "fsdp-sharded" (torch.distributed.checkpoint folders) or "fsdp-full" (full state dicts)."""
+        return "fsdp-sharded" if self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT else "fsdp-full"
+
+    # Preparing ---------------------------------------------------------------------------------
+    def prepare(self, objects: PreparedObjects) -> PreparedObjects:
+        """Shard every model, then point every optimizer (of this call or an earlier one) at the
+        sharded parameters."""
+        objects.models = [self._shard(model, objects.places(model)) for model in objects.models]
+        self._optimizers.update(objects.optimizers)
+        for optimizer in list(self._optimizers):
+            self._rebind(optimizer)
+        return objects
+
+    def mesh(self) -> Any:
+        if self._mesh is None:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self._mesh = init_device_mesh(self.state.device.type, (self.state.num_processes,))
+        return self._mesh
+
+    def _policies(self, root: bool) -> dict[str, Any]:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+        plugin = self.fsdp_plugin
+        kwargs: dict[str, Any] = {"mesh": self.mesh(), "reshard_after_forward": plugin.reshard_after_forward}
+        if plugin.mixed_precision_policy is not None:
+            kwargs["mp_policy"] = plugin.mixed_precision_policy
+        elif self.precision.mode == "bf16":
+            # The model's output comes back in fp32, as the native backend's bf16 forward returns it.
+            kwargs["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16,
+                reduce_dtype=torch.float32,
+                output_dtype=torch.float32 if root else None,
+            )
+        if plugin.cpu_offload:
+            kwargs["offload_policy"] = CPUOffloadPolicy()
+        return kwargs
+
+    def _shard(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        inner = unwrap(model)
+        if isinstance(inner, FSDPModule):
+            return model
+        if not any(p.requires_grad for p in inner.parameters()):
+            return model
+        plugin = self.fsdp_plugin
+        on_meta = any(t.is_meta for t in [*inner.parameters(), *inner.buffers()])
+        if device_placement and not on_meta and not plugin.cpu_offload:
+            inner.to(self.state.device)
+        original = dict(inner.named_parameters())
+        # Rank 0's weights become every rank's (as DDP broadcasts them); with
+        # cpu_ram_efficient_loading the other ranks may hold the model on the meta device.
+        full = inner.state_dict() if self.state.process_index == 0 else {}
+        if on_meta and not plugin.cpu_ram_efficient_loading:
+            raise FsdpConfigError(
+                "a model on the meta device can be prepared only with cpu_ram_efficient_loading=True "
+                "(--fsdp_cpu_ram_efficient_loading), which loads the main process's weights into it"
+            )
+        groups = modules_to_shard(inner, plugin)
+        if plugin.activation_checkpointing:
+            apply_activation_checkpointing(groups or [inner])
+        for module in groups:
+            if not isinstance(module, FSDPModule):
+                fully_shard(module, **self._policies(root=False))
+        fully_shard(inner, **self._policies(root=True))
+        if on_meta:
+            inner.to_empty(device="cpu" if plugin.cpu_offload else self.state.device)
+        self._load_from_main(inner, full)
+        sharded = dict(inner.named_parameters())
+        for name, parameter in original.items():
+            if name in sharded:
+                self._sharded_param[parameter] = sharded[name]
+        for parameter in sharded.values():
+            self._model_of_param[parameter] = inner
+        return model
+
+    def _load_from_main(self, model: torch.nn.Module, full: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, cast(dict[str, Any], full), options=options)
+
+    def _rebind(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make `optimizer` step the sharded parameters (it was built on the originals); groups stay."""
+        groups = [[self._sharded_param.get(p, p) for p in g["params"]] for g in optimizer.param_groups]
+        moved = any(
+            new is not old
+            for params, group in zip(groups, optimizer.param_groups, strict=True)
+            for new, old in zip(params, group["params"], strict=True)
+        )
+        if moved and optimizer.state:
+            raise FsdpConfigError(
+                f"{type(optimizer).__name__} already holds state for the unsharded parameters (it stepped "
+                "before prepare); prepare it before its first step"
+            )
+        for params, group in zip(groups, optimizer.param_groups, strict=True):
+            group["params"] = params
+        found = [self._model_of_param.get(p) for g in optimizer.param_groups for p in g["params"]]
+        owners = {id(m): m for m in found if m is not None}
+        if len(owners) == 1:
+            self._model_of_optimizer[id(optimizer)] = next(iter(owners.values()))
+
+    def model_of(self, optimizer: Any) -> torch.nn.Module:
+        """Return the sharded model whose parameters `optimizer` steps."""
+        raw = getattr(optimizer, "optimizer", optimizer)
+        model = self._model_of_optimizer.get(id(raw))
+        if model is None:
+            raise FsdpConfigError(
+                f"{type(raw).__name__} does not step the parameters of exactly one prepared model; under "
+                "FSDP each optimizer must belong to one model for its state to be saved"
+            )
+        return model
+
+    # The step ----------------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
+        self.precision.scale_loss(loss).backward(**kwargs)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]:
+        return self.precision.optimizer_step(optimizer, closure)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.gradient_state.sync_gradients:
+            self.precision.unscale_gradients(optimizer)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        return _gradient_sync(model, False)
+
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        return _gradient_sync(model, True)
+
+    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
+        warnings.warn(
+            "join_uneven_inputs does nothing under FSDP (as in Accelerate): give every rank the same "
+            "number of batches (even_batches=True)",
+            stacklevel=3,
+        )
+        return contextlib.nullcontext()
+
+    def clip_grad_norm_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        max_norm: float,
+        norm_type: float = 2.0,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> torch.Tensor:
+        """Clip the sharded gradients to a global norm; return that norm (the same on every rank)."""
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
+        full_tensor = getattr(norm, "full_tensor", None)
+        return full_tensor() if full_tensor is not None else norm
+
+    def clip_grad_value_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        clip_value: float,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> None:
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        return self.precision.autocast(enabled, **autocast_kwargs)
+
+    # Models and checkpoints --------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return unwrap(model)  # fully_shard shards the user's module in place
+
+    def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The full state dict, gathered on the main process's CPU (empty elsewhere; collective)."""
+        return fsdp_checkpoint.full_model_state(self.unwrap_model(model))
+
+    def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load a full state dict (every rank holds it) into the shards."""
+        fsdp_checkpoint.load_full_model_state(self.unwrap_model(model), state_dict)
+
+    def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        """Write the optimizers (and, sharded, the models) with torch.distributed.checkpoint."""
+        sharded = self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT
+        fsdp_checkpoint.save(self, prepared, folder, sharded=sharded)
+        return fsdp_checkpoint.left_to_generic_code(prepared, sharded=sharded)
+
+    def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        sharded = self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT
+        fsdp_checkpoint.load(self, prepared, folder, sharded=sharded)
+        return fsdp_checkpoint.left_to_generic_code(prepared, sharded=sharded)
+
+
+_SYNC_FLAG = "_accel_requires_gradient_sync"  # what the innermost sync context asked, for nesting
+
+
+@contextlib.contextmanager
+def _gradient_sync(model: torch.nn.Module, sync: bool) -> Iterator[None]:
+    """Reduce-scatter (sync) or keep (not sync) `model`'s gradients in the block's backwards."""
+    from torch.distributed.fsdp import FSDPModule
+
+    inner = unwrap(model)
+    if not isinstance(inner, FSDPModule):
+        yield
+        return
+    before = getattr(inner, _SYNC_FLAG, True)
+    inner.set_requires_gradient_sync(sync)
+    setattr(inner, _SYNC_FLAG, sync)
+    try:
+        yield
+    finally:
+        inner.set_requires_gradient_sync(before)
+        setattr(inner, _SYNC_FLAG, before)

@@ -1,0 +1,200 @@
+"""The XLA backend: PyTorch/XLA (TPU, or XLA's CPU device) behind accel's Backend seam.
+
+XLA traces the loop lazily and runs it as compiled graphs. `prepare` moves models to the XLA
+device (re-tying shared weights and pointing optimizers at the moved parameters) and wraps
+loaders in `MpDeviceLoader`; the optimizer step averages gradients over the replicas, steps, and
+ends the step's graph (`torch_xla.sync()`); collectives run through XLA's own (see
+`accel_xla.communicator`). Replicas may be threads of one process, so the shared state is per
+thread. Nothing imports torch_xla before an XLA run is set up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.util
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.gradient_state import GradientState
+from accel_state.launch_env import LaunchEnvironment
+from accel_state.native_backend import unwrap
+from accel_state.prepared_objects import PreparedObjects
+from accel_xla.host import to_host
+from accel_xla.placement import MovedParameters, move_model, parameters_of, rebind_optimizer
+from accel_xla.recompilation import RecompilationWatch
+
+
+class XlaConfigError(ValueError):
+    """An option this XLA run cannot honour."""
+
+
+class XlaBackend:
+    """One XLA device per replica; gradients averaged across replicas in the optimizer step."""
+
+    per_thread_state = True  # on a CPU host (and TPU v2/v3) the replicas are threads of one process
+    replicates_model = True  # every replica holds and steps the whole model
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return importlib.util.find_spec("torch_xla") is not None
+
+    @classmethod
+    def setup_process(
+        cls,
+        launch: LaunchEnvironment,
+        *,
+        cpu: bool,
+        timeout: datetime.timedelta,
+        process_group: ProcessGroupOptions | None = None,
+    ) -> ProcessSetup:
+        from accel_xla.process_setup import setup_xla_process
+
+        return setup_xla_process(launch, cpu=cpu, timeout=timeout, process_group=process_group)
+
+    def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
+        options = options or BackendOptions()
+        if options.precision.mode == "fp16":
+            raise XlaConfigError(
+                "mixed_precision='fp16' is not supported on XLA (no loss scaling there); use 'bf16', "
+                "which keeps fp32's range"
+            )
+        if options.plugin is not None:
+            raise XlaConfigError(f"the XLA backend takes no plugin, got {type(options.plugin).__name__}")
+        self.state = state
+        self.precision = options.precision
+        self.gradient_state = GradientState()
+        self.moved = MovedParameters()
+        self.recompilation = RecompilationWatch()
+        self._reduced: set[int] = set()  # optimizers whose gradients clipping already averaged
+
+    # Preparing ---------------------------------------------------------------------------------
+    def prepare(self, objects: PreparedObjects) -> PreparedObjects:
+        """Move models to the XLA device (shared weights re-tied), point optimizers at the moved
+        parameters, and wrap loaders so that batches are uploaded in the background."""
+        objects.models = [self._prepare_model(m, objects.places(m)) for m in objects.models]
+        for optimizer in objects.optimizers:
+            rebind_optimizer(optimizer, self.moved)
+        objects.data_loaders = [self._prepare_loader(d, objects.places(d)) for d in objects.data_loaders]
+        return objects
+
+    def _prepare_model(self, model: torch.nn.Module, device_placement: bool) -> torch.nn.Module:
+        self.precision.wrap_forward(model)
+        if device_placement:
+            move_model(model, self.state.device, self.moved)
+        return model
+
+    def _prepare_loader(self, loader: Any, device_placement: bool) -> Any:
+        if not device_placement:
+            return loader
+        from accel_xla.device_loader import XlaDeviceLoader
+
+        if isinstance(loader, XlaDeviceLoader):
+            return loader
+        return XlaDeviceLoader(loader, self.state.device, on_batch=self.recompilation.saw_batch)
+
+    # The step ----------------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
+        self.precision.scale_loss(loss).backward(**kwargs)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]:
+        """Average the gradients over the replicas (unless clipping did), step, and run the step's graph."""
+        import torch_xla
+
+        if id(optimizer) in self._reduced:
+            self._reduced.discard(id(optimizer))
+        else:
+            self._average_gradients(parameters_of(optimizer))
+        result, skipped = self.precision.optimizer_step(optimizer, closure)
+        torch_xla.sync()  # the step boundary: one graph per step, compiled once for a fixed shape
+        self.recompilation.after_step()
+        return result, skipped
+
+    def _average_gradients(self, parameters: Iterable[torch.Tensor]) -> None:
+        if self.state.num_processes < 2:
+            return
+        import torch_xla.core.xla_model as xm
+
+        gradients = [p.grad for p in parameters if p.grad is not None]
+        if gradients:
+            xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.state.num_processes, pin_layout=False)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.gradient_state.sync_gradients:
+            self.precision.unscale_gradients(optimizer)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        # Gradients are averaged in the optimizer step, never in backward: accumulating is free.
+        return contextlib.nullcontext()
+
+    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
+        raise XlaConfigError(
+            "join_uneven_inputs is not supported on XLA: every replica must run the same steps "
+            "(keep even_batches=True, the default)"
+        )
+
+    def clip_grad_norm_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        max_norm: float,
+        norm_type: float = 2.0,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> torch.Tensor:
+        """Average the gradients over replicas first (the step then does not again), then clip."""
+        parameters = list(parameters)
+        optimizers = list(optimizers)
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
+        self._average_gradients(parameters)
+        self._reduced.update(id(o) for o in optimizers)
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        clip_value: float,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> None:
+        parameters = list(parameters)
+        optimizers = list(optimizers)
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
+        self._average_gradients(parameters)
+        self._reduced.update(id(o) for o in optimizers)
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        return self.precision.autocast(enabled, **autocast_kwargs)
+
+    # Models and checkpoints --------------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return unwrap(model)
+
+    def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The model's state dict on the host (after running what is pending), shared weights shared."""
+        return dict(to_host(self.unwrap_model(model).state_dict()))
+
+    def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+        self.unwrap_model(model).load_state_dict(state_dict)
+
+    def to_host(self, data: Any) -> Any:
+        """`data` with its XLA tensors copied to the host (for `save` and `save_state`)."""
+        return to_host(data)
+
+    def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        return prepared  # every object is torch's: the generic files hold it, through to_host
+
+    def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
+        return prepared  # loading copies host tensors into the device's parameters and state

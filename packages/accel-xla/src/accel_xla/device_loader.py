@@ -1,0 +1,96 @@
+"""`XlaDeviceLoader`: a prepared loader whose batches reach the XLA device through `MpDeviceLoader`.
+
+`MpDeviceLoader` iterates the wrapped loader in background threads and uploads batches ahead of
+the training loop, so the wrapped loader's own bookkeeping (its end of data, its position for
+`save_state`) runs ahead of what the loop has consumed. This wrapper keeps that bookkeeping for
+the consumer: it looks one batch ahead itself (`end_of_dataloader`), is the loader accumulation
+and `gather_for_metrics` read while the loop iterates it, and reports the consumed position.
+Everything else (`len`, `set_epoch`, `remainder`, `total_batch_size`, ...) is the wrapped loader's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+from accel_state import GradientState
+from accel_state.nested import tensor_leaves
+
+_END = object()
+
+
+class XlaDeviceLoader(MpDeviceLoader):
+    """`loader`'s batches, uploaded to `device` in the background (the loader keeps them on the host)."""
+
+    def __init__(
+        self,
+        loader: Any,
+        device: torch.device,
+        on_batch: Callable[[list[tuple[int, ...]]], None] | None = None,
+        **parallel_loader_kwargs: Any,
+    ) -> None:
+        if getattr(loader, "device", None) is not None:
+            loader.device = None  # the upload threads move the batches; the loader must not
+        super().__init__(loader, device, **parallel_loader_kwargs)
+        self._gradient_state = GradientState()
+        self._on_batch = on_batch
+        self.end_of_dataloader = False
+        self._pass: list[Any] | None = None  # [epoch, batches consumed, finishing] while iterated
+
+    @property
+    def base_dataloader(self) -> Any:
+        """The loader this one uploads from (Accelerate's name)."""
+        return self._loader
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names this class lacks: they are the wrapped loader's.
+        loader = self.__dict__.get("_loader")
+        if loader is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(loader, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        loader = self._loader
+        position = [int(getattr(loader, "epoch", 0)), int(getattr(loader, "skip_batches", 0) or 0), False]
+        batches = super().__iter__()
+        state = self._gradient_state
+        self.end_of_dataloader = False
+        self._pass = position
+        state._add_dataloader(self)
+        try:
+            current = next(batches, _END)
+            while current is not _END:
+                upcoming = next(batches, _END)
+                self.end_of_dataloader = upcoming is _END
+                position[1] += 1
+                position[2] = self.end_of_dataloader
+                # The wrapped loader registers itself from the upload thread, possibly after us:
+                # the loop's loader must be the one accumulation reads.
+                state._remove_dataloader(self)
+                state._add_dataloader(self)
+                if self._on_batch is not None:
+                    self._on_batch([tuple(t.shape) for t in tensor_leaves(current)])
+                yield current
+                current = upcoming
+            self.end_of_dataloader = True
+        finally:
+            state._remove_dataloader(self)
+            self._pass = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the wrapped loader's position as the loop consumed it (not as uploaded ahead)."""
+        report = getattr(self._loader, "state_dict", None)
+        saved = dict(report()) if callable(report) else {"epoch": int(getattr(self._loader, "epoch", 0))}
+        if self._pass is not None:
+            epoch, done, finishing = self._pass
+            if finishing:
+                epoch, done = epoch + 1, 0
+            saved.update(epoch=epoch, batches_yielded=done)
+        return saved

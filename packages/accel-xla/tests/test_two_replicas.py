@@ -1,0 +1,56 @@
+"""Two XLA replicas on the CPU device (CPU_NUM_DEVICES=2: threads of one process), each scenario
+in its own process with a 60 s limit (see replicas_job.py for the harness's stagger)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+JOB = Path(__file__).with_name("replicas_job.py")
+
+pytestmark = pytest.mark.slow
+
+
+def _run(scenario: str) -> dict[int, dict]:
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2", "OMP_NUM_THREADS": "1"}
+    # Debug mode's full-description exchange runs several new collective graphs back to back,
+    # which the CPU device's simultaneous-compile hang catches between two staggers.
+    env["ACCEL_DEBUG_MODE"] = "0"
+    try:
+        done = subprocess.run(
+            [sys.executable, str(JOB), scenario], env=env, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"two replicas ran {scenario!r} past 60 s:\n{error.stdout}\n{error.stderr}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [json.loads(line.removeprefix("RESULT ")) for line in lines]
+    assert done.returncode == 0 and len(results) == 2, f"{done.stdout}\n{done.stderr[-4000:]}"
+    return {result["rank"]: result for result in results}
+
+
+def test_two_replicas_have_their_ordinals_and_the_world_size():
+    results = _run("ordinals")
+    assert sorted(results) == [0, 1]
+    assert {r["world"] for r in results.values()} == {2}
+    assert {r["type"] for r in results.values()} == {"XLA"}
+    assert [results[0]["main"], results[1]["main"]] == [True, False]
+    assert len({r["pid"] for r in results.values()}) == 1  # threads of one process
+    assert len({r["thread"] for r in results.values()}) == 2  # each with its own state
+
+
+def test_the_gradient_all_reduce_keeps_both_replicas_weights_identical():
+    results = _run("train")
+    assert results[0]["first_inputs"] != results[1]["first_inputs"]  # each replica its own shard
+    assert results[0]["weight"] == results[1]["weight"]
+    assert results[0]["weight"] != [0.1, -0.2, 0.3, -0.4]
+
+
+def test_gather_returns_both_replicas_data_on_each():
+    results = _run("gather")
+    for result in results.values():
+        assert result["gathered"] == [0.0, 10.0, 1.0, 11.0]
