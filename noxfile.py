@@ -205,6 +205,7 @@ def benchmark(session: nox.Session) -> None:
         "launch_overhead.py",
         "checkpoint.py",
         "collectives.py",
+        "fsdp_memory.py",
     ):
         session.run("python", str(ROOT / "benchmarks" / script))
 

@@ -6,7 +6,6 @@ Several configurations share one job: each job start costs seconds.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -276,23 +275,26 @@ def test_a_checkpoint_loads_only_into_its_own_format(sharded_checkpoint):
 
 
 def load_sharded_into_this_job(folder: str) -> dict:
-    """Load a sharded checkpoint's model and optimizer with the backend's DCP hooks (any process
-    count: DCP reshards); return the full weights and the full optimizer state's shapes and steps."""
+    """`load_state` a sharded checkpoint into this job, whatever its process count (DCP reshards);
+    return the full weights, the full optimizer state's shapes and steps, and the training step."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-    from accel_state import fsdp_checkpoint
-
-    accelerator = _accelerator({**WRAP_BLOCKS, "state_dict_type": "SHARDED_STATE_DICT"})
+    accelerator = _accelerator(
+        {**WRAP_BLOCKS, "state_dict_type": "SHARDED_STATE_DICT"}, gradient_accumulation_steps=2
+    )
     model = _model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    fsdp_checkpoint.load(accelerator.backend, accelerator.prepared, Path(folder), sharded=True)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
+    loader = torch.utils.data.DataLoader(_data(), batch_size=4, shuffle=True)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    accelerator.load_state(folder)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_optimizer_state_dict(model, optimizer.optimizer, options=options).get("state", {})
     return {
         "weights": {k: v.tolist() for k, v in accelerator.get_state_dict(model).items()},
         "exp_avg": {k: list(v["exp_avg"].shape) for k, v in state.items()},
         "steps": sorted({float(v["step"]) for v in state.values()}),
+        "scheduler_epoch": scheduler.scheduler.last_epoch,
     }
 
 
@@ -306,6 +308,7 @@ def test_a_sharded_checkpoint_of_2_processes_loads_into_3(sharded_checkpoint):
     assert _max_difference(loaded["weights"], saved) == 0.0, "the weights must come back exactly"
     assert loaded["exp_avg"]["embed.weight"] == [16, 4], "the optimizer state is resharded whole"
     assert loaded["steps"] == [4.0], "8 batches per rank, accumulation 2: 4 optimizer steps"
+    assert loaded["scheduler_epoch"] > 0, "the scheduler comes back with the model and optimizer"
 
 
 # The launcher ----------------------------------------------------------------------------------

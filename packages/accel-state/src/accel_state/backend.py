@@ -115,6 +115,8 @@ class Backend(Protocol):
     precision: Precision
     # Optional attribute `checkpoint_format` (default "torch"): the format of the model and
     # optimizer files its save_checkpoint leaves; a checkpoint loads only into a backend of its format.
+    # Optional attribute `reshards_checkpoints` (default False): its checkpoints load into a job of
+    # another process count (FSDP's sharded files); otherwise load_state refuses one.
     # Optional attribute `replicates_model` (default False): every process holds and steps the
     # whole model itself, so its weights can be averaged across processes (LocalSGD).
     # Optional method `to_host(data) -> data` (default: data as it is): `data` with every tensor

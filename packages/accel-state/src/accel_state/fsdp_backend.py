@@ -90,6 +90,12 @@ class FsdpBackend:
         """ "fsdp-sharded" (torch.distributed.checkpoint folders) or "fsdp-full" (full state dicts)."""
         return "fsdp-sharded" if self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT else "fsdp-full"
 
+    @property
+    def reshards_checkpoints(self) -> bool:
+        """A sharded checkpoint loads into a job of any process count (torch.distributed.checkpoint
+        reshards it); ranks the saving job lacked keep their own random states."""
+        return self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT
+
     # Preparing ---------------------------------------------------------------------------------
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
         """Shard every model, then point every optimizer (of this call or an earlier one) at the

@@ -53,7 +53,9 @@ def files_to_read(meta: dict[str, Any], reader: FolderReader, rank: int) -> list
     names += [f"scheduler{suffix(i)}.bin" for i in range(int(meta.get("num_schedulers") or 0))]
     names += ["scaler.pt"] if reader.has("scaler.pt") else []
     names += [f"custom_checkpoint_{i}.pt" for i in range(int(meta.get("num_custom_objects") or 0))]
-    return names + [TRAINING_STATE_NAME, f"random_states_{rank}.pt"]
+    # A rank beyond the saving job's (a resharded load) has no random states of its own: it keeps its own.
+    random_states = [f"random_states_{rank}.pt"] if reader.has(f"random_states_{rank}.pt") else []
+    return names + [TRAINING_STATE_NAME, *random_states]
 
 
 Restore = tuple[str, Callable[[Any], Any], Callable[[Any], None]]
@@ -97,8 +99,9 @@ def restore_plan(
 
     training = functools.partial(_training_state, len(loaders))
     restores.append((TRAINING_STATE_NAME, training, restore_training_state))
-    rng = functools.partial(restore_rng_states, loaders)
-    restores.append((f"random_states_{rank}.pt", rng_states, rng))
+    if reader.has(f"random_states_{rank}.pt"):
+        rng = functools.partial(restore_rng_states, loaders)
+        restores.append((f"random_states_{rank}.pt", rng_states, rng))
     return restores
 
 

@@ -143,10 +143,11 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
     registry = registry_of(accelerator)
     reader = FolderReader(folder)
     meta = reader.metadata
-    if meta.get("num_processes") != state.num_processes:
+    if meta.get("num_processes") != state.num_processes and not reshards(accelerator.backend):
         raise CheckpointError(
             f"{reader.metadata_path} was written by {meta.get('num_processes')} process(es); this job has "
-            f"{state.num_processes}: every rank's random states would not match a rank"
+            f"{state.num_processes}: every rank's random states would not match a rank (only a sharded "
+            "FSDP checkpoint, SHARDED_STATE_DICT, loads into another number of processes)"
         )
     saved_format = meta.get("checkpoint_format", "torch")
     if saved_format != checkpoint_format(accelerator.backend):
@@ -176,6 +177,11 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
             raise CheckpointError(f"{folder / name} cannot be restored: {error}") from error
     for restore, value in decoded:
         restore(value)
+
+
+def reshards(backend: Any) -> bool:
+    """Whether the backend's checkpoints load into a job of another process count (its files reshard)."""
+    return bool(getattr(backend, "reshards_checkpoints", False))
 
 
 def checkpoint_format(backend: Any) -> str:
