@@ -13,7 +13,7 @@ import contextlib
 import datetime
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,10 +28,11 @@ from accel_state.fsdp_wrap import apply_activation_checkpointing, modules_to_sha
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment
 from accel_state.native_backend import join_job, unwrap
+from accel_state.precision_steps import PrecisionSteps
 from accel_state.prepared_objects import PreparedObjects
 
 
-class FsdpBackend:
+class FsdpBackend(PrecisionSteps):
     """Every model fully sharded across all processes (FSDP2, DTensor parameters)."""
 
     per_thread_state = False
@@ -208,21 +209,6 @@ class FsdpBackend:
         return model
 
     # The step ----------------------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        steps = self.gradient_state.num_steps
-        if steps > 1:
-            loss = loss / steps
-        self.precision.scale_loss(loss).backward(**kwargs)
-
-    def optimizer_step(
-        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
-    ) -> tuple[Any, bool]:
-        return self.precision.optimizer_step(optimizer, closure)
-
-    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.gradient_state.sync_gradients:
-            self.precision.unscale_gradients(optimizer)
-
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         return _gradient_sync(model, False)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,11 +18,12 @@ from accel_state.device import choose_device, choose_process_group_backend
 from accel_state.distributed_type import DistributedType
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment, export_for_torch
+from accel_state.precision_steps import PrecisionSteps
 from accel_state.prepared_objects import PreparedObjects
 from accel_state.process_group import init_process_group, init_single_process_group
 
 
-class NativeBackend:
+class NativeBackend(PrecisionSteps):
     """CPU, one GPU, or DDP over gloo/nccl across processes and machines."""
 
     per_thread_state = False
@@ -77,22 +78,6 @@ class NativeBackend:
         return wrapped
 
     # The step ----------------------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        steps = self.gradient_state.num_steps
-        if steps > 1:
-            loss = loss / steps
-        self.precision.scale_loss(loss).backward(**kwargs)
-
-    def optimizer_step(
-        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
-    ) -> tuple[Any, bool]:
-        return self.precision.optimizer_step(optimizer, closure)
-
-    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        # Accumulating gradients are still to be added to: unscaling them now would mix scales.
-        if self.gradient_state.sync_gradients:
-            self.precision.unscale_gradients(optimizer)
-
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         if isinstance(model, DistributedDataParallel):
             return model.no_sync()

@@ -23,6 +23,7 @@ from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOption
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment
 from accel_state.native_backend import unwrap
+from accel_state.precision_steps import PrecisionSteps
 from accel_state.prepared_objects import PreparedObjects
 from accel_xla.host import to_host
 from accel_xla.placement import MovedParameters, move_model, parameters_of, rebind_optimizer
@@ -33,7 +34,7 @@ class XlaConfigError(ValueError):
     """An option this XLA run cannot honour."""
 
 
-class XlaBackend:
+class XlaBackend(PrecisionSteps):
     """One XLA device per replica; gradients averaged across replicas in the optimizer step."""
 
     per_thread_state = True  # on a CPU host (and TPU v2/v3) the replicas are threads of one process
@@ -98,12 +99,6 @@ class XlaBackend:
         return XlaDeviceLoader(loader, self.state.device, on_batch=self.recompilation.saw_batch)
 
     # The step ----------------------------------------------------------------------------------
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        steps = self.gradient_state.num_steps
-        if steps > 1:
-            loss = loss / steps
-        self.precision.scale_loss(loss).backward(**kwargs)
-
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
     ) -> tuple[Any, bool]:
@@ -128,10 +123,6 @@ class XlaBackend:
         if gradients:
             xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.state.num_processes, pin_layout=False)
 
-    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.gradient_state.sync_gradients:
-            self.precision.unscale_gradients(optimizer)
-
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         # Gradients are averaged in the optimizer step, never in backward: accumulating is free.
         return contextlib.nullcontext()
@@ -153,13 +144,8 @@ class XlaBackend:
         optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> torch.Tensor:
         """Average the gradients over replicas first (the step then does not again), then clip."""
-        parameters = list(parameters)
-        optimizers = list(optimizers)
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
-        self._average_gradients(parameters)
-        self._reduced.update(id(o) for o in optimizers)
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        averaged = self._final_gradients(parameters, optimizers)
+        return torch.nn.utils.clip_grad_norm_(averaged, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(
         self,
@@ -167,13 +153,20 @@ class XlaBackend:
         clip_value: float,
         optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> None:
+        torch.nn.utils.clip_grad_value_(self._final_gradients(parameters, optimizers), clip_value)
+
+    def _final_gradients(
+        self, parameters: Iterable[torch.Tensor], optimizers: Iterable[torch.optim.Optimizer]
+    ) -> list[torch.Tensor]:
+        """Unscale and average the gradients of `parameters` now, so that clipping sees the step's own;
+        the optimizers' next step then does not average them again."""
         parameters = list(parameters)
         optimizers = list(optimizers)
         for optimizer in optimizers:
             self.unscale_gradients(optimizer)
         self._average_gradients(parameters)
         self._reduced.update(id(o) for o in optimizers)
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        return parameters
 
     def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
         return self.precision.autocast(enabled, **autocast_kwargs)

@@ -1,0 +1,39 @@
+"""The backward and optimizer step of a backend whose optimizers are plain torch ones.
+
+The native, FSDP and XLA backends all divide the loss over the accumulation window, run backward
+through the precision policy, and leave accumulating gradients scaled until the window's last
+step; only the engine backends (DeepSpeed) hand these to someone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from accel_state.gradient_state import GradientState
+from accel_state.precision_protocol import Precision
+
+
+class PrecisionSteps:
+    """Backward, optimizer step and unscaling through `self.precision` (mixed into a backend)."""
+
+    gradient_state: GradientState
+    precision: Precision
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
+        self.precision.scale_loss(loss).backward(**kwargs)
+
+    def optimizer_step(
+        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
+    ) -> tuple[Any, bool]:
+        return self.precision.optimizer_step(optimizer, closure)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        # Accumulating gradients are still to be added to: unscaling them now would mix scales.
+        if self.gradient_state.sync_gradients:
+            self.precision.unscale_gradients(optimizer)
