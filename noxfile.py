@@ -186,6 +186,20 @@ def xla(session: nox.Session) -> None:
 
 
 @nox.session
+def benchmark_xla(session: nox.Session) -> None:
+    """The basic loop on XLA's CPU device through accel vs written by hand with torch_xla (graphs
+    compiled, steps/s ratio), with torch and torch_xla 2.9.0 installed as in the xla session."""
+    siblings = (str(PACKAGES_DIR / name) for name in sibling_closure("accel"))
+    session.install("-c", XLA_CONSTRAINTS, *siblings, str(PACKAGES_DIR / XLA_PACKAGE))
+    session.run(
+        "python",
+        str(ROOT / "benchmarks" / "xla_loop.py"),
+        *session.posargs,
+        env={"PJRT_DEVICE": "CPU", "OMP_NUM_THREADS": "1"},
+    )
+
+
+@nox.session
 def example(session: nox.Session) -> None:
     """The main job: the example training script on 2 CPU processes."""
     install_packages(session, "accel", extra="test")

@@ -212,7 +212,7 @@ _BAD_FILES = [
     ),
     ("distributed_type: 'NO'\nnum_processes: 2\n", "key 'distributed_type' is NO (one process)"),
     ("use_cpu: true\ndistributed_type: MULTI_GPU\n", "key 'distributed_type' is MULTI_GPU but"),
-    ("distributed_type: XLA\n", "accel launch cannot start yet"),
+    ("distributed_type: MEGATRON_LM\n", "accel launch cannot start yet"),
     ("mixed_precision: fp8\n", "key 'mixed_precision' is fp8, which accel cannot run yet"),
     ("num_processes: [1\n", "invalid YAML at line 2"),
     ("- a\n- b\n", "the file must hold a mapping"),

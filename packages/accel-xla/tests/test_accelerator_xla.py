@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -267,3 +269,26 @@ def test_steady_shapes_raise_no_recompilation_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RecompilationWarning)
         _train_on_lengths(accelerator, [23] * 8)
+
+
+def test_load_state_restores_xlas_random_state(tmp_path):
+    """XLA advances its seed at every graph run, so a resumed run cannot draw exactly what the
+    uninterrupted one drew after save_state; what the checkpoint gives is the same draws on every
+    resume, whatever the generator held before."""
+    import torch_xla.core.xla_model as xm
+
+    accelerator = Accelerator()
+    accelerator.prepare(torch.nn.Linear(2, 1))
+    xm.set_rng_state(1234)
+    torch.rand(3, device=accelerator.device).cpu()
+    folder = accelerator.save_state(str(tmp_path / "checkpoint"))
+    saved = json.loads((tmp_path / "checkpoint" / "xla_random_state_0.json").read_text())["seed"]
+    draws = []
+    for other_seed in (7, 99):
+        xm.set_rng_state(other_seed)
+        accelerator.load_state(folder)
+        draws.append(torch.rand(3, device=accelerator.device).cpu())
+    assert torch.equal(draws[0], draws[1])
+    xm.set_rng_state(5)
+    accelerator.backend.load_checkpoint(accelerator.prepared, Path(folder))
+    assert xm.get_rng_state() == saved

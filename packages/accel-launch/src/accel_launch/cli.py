@@ -102,6 +102,17 @@ def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Run an FSDP2 job (distributed_type FSDP): every model fully sharded across processes.",
         )
     )
+    options.append(
+        click.option(
+            "--xla",
+            "--tpu",
+            "use_xla",
+            is_flag=True,
+            default=False,
+            help="Run an XLA job (distributed_type XLA) through torch_xla.launch: TPU chips, or XLA's "
+            "CPU device when PJRT_DEVICE=CPU; needs accel[xla].",
+        )
+    )
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
     for option in reversed(options):
         func = option(func)
@@ -137,6 +148,11 @@ def _given_flags(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
         if chosen not in (None, "FSDP"):
             raise click.UsageError(f"--use_fsdp contradicts --distributed_type {chosen}")
         given["distributed_type"] = "FSDP"
+    if values.get("use_xla") and ctx.get_parameter_source("use_xla") == ParameterSource.COMMANDLINE:
+        chosen = given.get("distributed_type")
+        if chosen not in (None, "XLA"):
+            raise click.UsageError(f"--xla contradicts --distributed_type {chosen}")
+        given["distributed_type"] = "XLA"
     return given
 
 
@@ -208,7 +224,8 @@ def _launch_only_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flags: Any) -> None:
-    """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run.
+    """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run (XLA jobs:
+    on every replica through torch_xla.launch).
 
     Values come from the flags, else ACCEL_* env vars, else the config file, else defaults.
     """
@@ -234,12 +251,15 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     from accel_launch.effective_config import check_launchable, fsdp_env
     from accel_launch.env_check import check_accel_env
     from accel_launch.machine_limits import check_process_count
+    from accel_launch.xla_launch import check_xla_installed, check_xla_options
 
     config, _ = load_effective_config(flags.pop("config_file"), _given_flags(ctx, flags))
     try:
         check_launchable(config)
         if config.uses_deepspeed:
             check_deepspeed_job(config)
+        if config.uses_xla:
+            check_xla_installed()
         distributed_type = config.given("distributed_type")
         options = LaunchOptions(
             cpu=bool(config["use_cpu"]) or distributed_type == "MULTI_CPU",
@@ -269,6 +289,8 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
         # What the ranks would choke on, or the machine could not start, is refused before anything starts.
         check_accel_env(os.environ)
         check_accel_env(options.env, where="--env")
+        if config.uses_xla:
+            check_xla_options(options)
         check_process_count(options.num_processes)
     except (ConfigError, LaunchOptionsError) as error:
         raise _fail(error) from None
@@ -279,6 +301,11 @@ def _run(options: LaunchOptions, script: str, script_args: tuple[str, ...] | lis
     from accel_launch import runner
     from accel_launch.torchrun_args import build_torchrun_call
 
+    if options.distributed_type == "XLA":
+        from accel_launch.xla_launch import build_xla_call
+
+        xla_call = build_xla_call(options, script, script_args)
+        return runner.run_xla(xla_call.argv, xla_call.env, debug=options.debug)
     call = build_torchrun_call(options, script, script_args)
     return runner.run_torchrun(call.argv, call.env, debug=options.debug)
 

@@ -26,6 +26,9 @@ from accel_state.choices import CPU_DISTRIBUTED_TYPES, LAUNCHABLE_DISTRIBUTED_TY
 DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
 DEEPSPEED = "DEEPSPEED"
 FSDP = "FSDP"
+XLA = "XLA"
+# What accel launch starts: the types torch's elastic agent runs, and XLA, which torch_xla runs.
+LAUNCHABLE_TYPES = (*LAUNCHABLE_DISTRIBUTED_TYPES, XLA)
 # The one DeepSpeed multi-machine launcher accel has: torch's elastic agent on every machine.
 STANDARD_MULTINODE_LAUNCHER = "standard"
 
@@ -71,6 +74,11 @@ class EffectiveConfig:
     def uses_fsdp(self) -> bool:
         """True when the job is an FSDP one (`--use_fsdp` or `distributed_type: FSDP`)."""
         return self.given("distributed_type") == FSDP
+
+    @property
+    def uses_xla(self) -> bool:
+        """True when the job is an XLA one (`--xla`/`--tpu` or `distributed_type: XLA`)."""
+        return self.given("distributed_type") == XLA
 
 
 def config_env_names() -> dict[str, str]:
@@ -292,10 +300,10 @@ def _check_multinode_launcher(config: EffectiveConfig) -> None:
 def check_launchable(config: EffectiveConfig) -> None:
     """Raise ConfigError when the distributed type is valid but not one `accel launch` can start yet."""
     distributed_type = config.given("distributed_type")
-    if distributed_type is not None and distributed_type not in LAUNCHABLE_DISTRIBUTED_TYPES:
+    if distributed_type is not None and distributed_type not in LAUNCHABLE_TYPES:
         raise ConfigError(
             f"{config.where('distributed_type')} is {distributed_type}, which accel launch cannot start yet "
-            f"(supported: {', '.join(LAUNCHABLE_DISTRIBUTED_TYPES)})"
+            f"(supported: {', '.join(LAUNCHABLE_TYPES)})"
         )
     if config["mixed_precision"] not in MIXED_PRECISION_CHOICES:
         raise ConfigError(

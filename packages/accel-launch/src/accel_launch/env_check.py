@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping
 
 from accel_launch.config_schema import ConfigError
 from accel_launch.deepspeed_launch import json_config_problem
+from accel_launch.effective_config import LAUNCHABLE_TYPES
 from accel_state import env_vars
 from accel_state.choices import (
     DEEPSPEED_OFFLOAD_DEVICES,
     FSDP_AUTO_WRAP_POLICIES,
     FSDP_STATE_DICT_TYPES,
-    LAUNCHABLE_DISTRIBUTED_TYPES,
     LOG_LEVEL_CHOICES,
     MIXED_PRECISION_CHOICES,
     ZERO_STAGES,
@@ -83,7 +83,7 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.GRADIENT_ACCUMULATION_STEPS: _positive_integer,
     env_vars.DEBUG_MODE: _boolean,
     env_vars.TIMEOUT: _positive_seconds,
-    env_vars.DISTRIBUTED_TYPE: _one_of(LAUNCHABLE_DISTRIBUTED_TYPES),
+    env_vars.DISTRIBUTED_TYPE: _one_of(LAUNCHABLE_TYPES),
     env_vars.DOWNCAST_BF16: _boolean,
     env_vars.ENABLE_CPU_AFFINITY: _boolean,
     env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend name, which torch checks when compiling

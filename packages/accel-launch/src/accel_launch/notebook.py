@@ -58,6 +58,10 @@ def notebook_launcher(
     Otherwise N processes are forked, each with RANK/WORLD_SIZE/... and ACCEL_* env vars set like
     `accel launch` sets them (ACCEL_USE_CPU on a CPU-only run, ACCEL_MIXED_PRECISION).
 
+    Under XLA (torch_xla installed and `PJRT_DEVICE` set, or a TPU present; not with `cpu=True`)
+    the replicas run through `torch_xla.launch`, forked: one in this process, or `num_processes`
+    on XLA's CPU device (`CPU_NUM_DEVICES`), or one per chip on a TPU host.
+
     `rdzv_backend` ("static" or "c10d", as Accelerate takes) changes nothing: the workers all run on
     this machine, where the rendezvous described above is used whichever is named. A failed rank
     raises NotebookLaunchError, a torch `ChildFailedError`.
@@ -68,6 +72,10 @@ def notebook_launcher(
             f"rdzv_backend must be one of {', '.join(RDZV_BACKENDS)} (notebook_launcher runs on one "
             f"machine), got {rdzv_backend!r}"
         )
+    from accel_state.distributed_type import DistributedType, resolve_distributed_type
+
+    if resolve_distributed_type(cpu=bool(cpu)) is DistributedType.XLA:
+        return _launch_xla(function, args, num_processes or 1, mixed_precision)
     import torch
 
     cuda = torch.cuda.is_available() and not cpu
@@ -80,6 +88,30 @@ def notebook_launcher(
             return [function(*args)]
     _check_fork_is_safe()
     return _launch(function, args, num_processes, env, master_addr, use_port, max_restarts, monitor_interval)
+
+
+def _launch_xla(
+    function: Callable[..., Any], args: tuple[Any, ...], num_processes: int, mixed_precision: str
+) -> list[Any]:
+    """Return `function(*args)` of each XLA replica, run by the XLA backend (`torch_xla.launch`)."""
+    from accel_launch.xla_launch import xla_env
+    from accel_state.backend import backend_factory
+    from accel_state.distributed_type import DistributedType
+
+    env = {env_vars.LAUNCHED: "1", env_vars.MIXED_PRECISION: mixed_precision}
+    env.update(xla_env(num_processes, os.environ))
+    launch = backend_factory(DistributedType.XLA).launch  # type: ignore[attr-defined]
+    if num_processes == 1:
+        with env_vars.patched(env):
+            return list(launch(function, args, num_processes=1))
+    _check_fork_is_safe()
+    try:
+        with env_vars.patched(env):
+            return list(launch(function, args, num_processes=num_processes, start_method="fork"))
+    except Exception as error:
+        raise NotebookLaunchError(
+            f"an XLA replica of {num_processes} failed: {type(error).__name__}: {_first_line(error)}"
+        ) from error
 
 
 def _check_arguments(num_processes: int | None, mixed_precision: str, use_port: int | str | None) -> None:

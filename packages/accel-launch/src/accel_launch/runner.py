@@ -1,4 +1,5 @@
-"""Runs a TorchrunCall in this process through torch's elastic agent and turns its outcome into an exit code.
+"""Runs a TorchrunCall in this process through torch's elastic agent (an XLA job: its worker program,
+`run_xla`) and turns its outcome into an exit code.
 
 The agent already starts, watches and stops the workers; what it lacks is a short answer for a
 person: a failed rank ends in one line naming the rank and its exit code instead of the agent's
@@ -52,6 +53,42 @@ def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = F
         _say(f"the launcher failed: {reason} (use --debug for a traceback)")
         return 1
     return 0
+
+
+def run_xla(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = False) -> int:
+    """Return the exit code of an XLA job: the worker program `argv` (see accel_launch._xla_worker)
+    run with `env` added to this environment. A failure ends in one line naming its exit code.
+
+    `debug` keeps the launcher's traceback when the worker cannot be started at all.
+    """
+    import subprocess
+
+    try:
+        worker = subprocess.Popen(list(argv), env={**os.environ, **env})
+    except OSError as error:
+        if debug:
+            raise
+        _say(
+            f"the launcher failed: {type(error).__name__}: {_first_line(error)} (use --debug for a traceback)"
+        )
+        return 1
+    try:
+        code = worker.wait()
+    except KeyboardInterrupt:
+        worker.send_signal(signal.SIGINT)
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        _say("interrupted; the XLA job was stopped")
+        return 128 + signal.SIGINT
+    if code < 0:
+        _say(f"the XLA job was killed by {_signal_name(-code)}")
+        return 128 - code
+    if code:
+        _say(f"the XLA job failed with exit code {code} (see its traceback above)")
+    return code
 
 
 def _report_failures(failures: Mapping[int, tuple[int, int]]) -> int:

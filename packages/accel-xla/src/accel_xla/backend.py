@@ -28,6 +28,7 @@ from accel_state.prepared_objects import PreparedObjects
 from accel_xla.host import to_host
 from accel_xla.placement import MovedParameters, move_model, parameters_of, rebind_optimizer
 from accel_xla.recompilation import RecompilationWatch
+from accel_xla.step_boundary import StepBoundary
 
 
 class XlaConfigError(ValueError):
@@ -57,6 +58,21 @@ class XlaBackend(PrecisionSteps):
 
         return setup_xla_process(launch, cpu=cpu, timeout=timeout, process_group=process_group)
 
+    @classmethod
+    def launch(
+        cls,
+        function: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        *,
+        num_processes: int = 1,
+        start_method: str = "spawn",
+    ) -> list[Any]:
+        """Return `function(*args)` as each XLA replica computed it (`torch_xla.launch`; see
+        `accel_xla.launch`): how `accel launch --xla` and `notebook_launcher` start replicas."""
+        from accel_xla.launch import launch_replicas
+
+        return launch_replicas(function, args, num_processes=num_processes, start_method=start_method)
+
     def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
         options = options or BackendOptions()
         if options.precision.mode == "fp16":
@@ -71,6 +87,7 @@ class XlaBackend(PrecisionSteps):
         self.gradient_state = GradientState()
         self.moved = MovedParameters()
         self.recompilation = RecompilationWatch()
+        self.step_boundary = StepBoundary()  # the step's sync spares the loaders theirs
         self._reduced: set[int] = set()  # optimizers whose gradients clipping already averaged
 
     # Preparing ---------------------------------------------------------------------------------
@@ -96,7 +113,9 @@ class XlaBackend(PrecisionSteps):
 
         if isinstance(loader, XlaDeviceLoader):
             return loader
-        return XlaDeviceLoader(loader, self.state.device, on_batch=self.recompilation.saw_batch)
+        return XlaDeviceLoader(
+            loader, self.state.device, on_batch=self.recompilation.saw_batch, boundary=self.step_boundary
+        )
 
     # The step ----------------------------------------------------------------------------------
     def optimizer_step(
@@ -111,6 +130,7 @@ class XlaBackend(PrecisionSteps):
             self._average_gradients(parameters_of(optimizer))
         result, skipped = self.precision.optimizer_step(optimizer, closure)
         torch_xla.sync()  # the step boundary: one graph per step, compiled once for a fixed shape
+        self.step_boundary.mark()
         self.recompilation.after_step()
         return result, skipped
 
@@ -187,7 +207,17 @@ class XlaBackend(PrecisionSteps):
         return to_host(data)
 
     def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
-        return prepared  # every object is torch's: the generic files hold it, through to_host
+        """Write this replica's XLA random state; every object is torch's, which the generic files
+        hold (through to_host)."""
+        from accel_xla.rng import save_xla_rng_state
+
+        save_xla_rng_state(folder, self.state.process_index)
+        return prepared
 
     def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
-        return prepared  # loading copies host tensors into the device's parameters and state
+        """Restore this replica's XLA random state (when the checkpoint has it); loading copies the
+        generic files' host tensors into the device's parameters and state."""
+        from accel_xla.rng import load_xla_rng_state
+
+        load_xla_rng_state(folder, self.state.process_index)
+        return prepared

@@ -18,8 +18,12 @@ from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
 from accel_state import GradientState
 from accel_state.nested import tensor_leaves
+from accel_xla.step_boundary import StepBoundary
 
 _END = object()
+# MpDeviceLoader's own sync before every batch, pushed out of reach: with a StepBoundary the
+# wrapper below syncs, only when the optimizer step has not just done it.
+_NEVER = 2**62
 
 
 class XlaDeviceLoader(MpDeviceLoader):
@@ -30,13 +34,17 @@ class XlaDeviceLoader(MpDeviceLoader):
         loader: Any,
         device: torch.device,
         on_batch: Callable[[list[tuple[int, ...]]], None] | None = None,
+        boundary: StepBoundary | None = None,
         **parallel_loader_kwargs: Any,
     ) -> None:
         if getattr(loader, "device", None) is not None:
             loader.device = None  # the upload threads move the batches; the loader must not
+        if boundary is not None:
+            parallel_loader_kwargs.setdefault("batches_per_execution", _NEVER)
         super().__init__(loader, device, **parallel_loader_kwargs)
         self._gradient_state = GradientState()
         self._on_batch = on_batch
+        self._boundary = boundary
         self.end_of_dataloader = False
         self._pass: list[Any] | None = None  # [epoch, batches consumed, finishing] while iterated
 
@@ -60,6 +68,8 @@ class XlaDeviceLoader(MpDeviceLoader):
         loader = self._loader
         position = [int(getattr(loader, "epoch", 0)), int(getattr(loader, "skip_batches", 0) or 0), False]
         batches = super().__iter__()
+        if self._boundary is not None:
+            batches = _synced_between_batches(batches, self._boundary)
         state = self._gradient_state
         self.end_of_dataloader = False
         self._pass = position
@@ -94,3 +104,17 @@ class XlaDeviceLoader(MpDeviceLoader):
                 epoch, done = epoch + 1, 0
             saved.update(epoch=epoch, batches_yielded=done)
         return saved
+
+
+def _synced_between_batches(batches: Iterator[Any], boundary: StepBoundary) -> Iterator[Any]:
+    """Yield `batches`, running what is pending before taking each one (as MpDeviceLoader does)
+    unless the optimizer step has just run it."""
+    import torch_xla
+
+    while True:
+        if not boundary.take():
+            torch_xla.sync()
+        batch = next(batches, _END)
+        if batch is _END:
+            return
+        yield batch
