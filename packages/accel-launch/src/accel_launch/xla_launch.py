@@ -11,7 +11,6 @@ device files.
 
 from __future__ import annotations
 
-import glob
 import importlib.util
 import os
 import sys
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from accel_launch.config_schema import ConfigError
 from accel_launch.launch_options import LaunchOptions, LaunchOptionsError
 from accel_state import env_vars
+from accel_state.distributed_type import tpu_present
 
 XLA = "XLA"
 INSTALL_HINT = "XLA jobs need accel-xla and torch_xla: pip install 'accel[xla]'"
@@ -29,7 +29,6 @@ REQUIRED_MODULES = ("accel_xla", "torch_xla")
 # The program every XLA job starts (see its docstring).
 WORKER_MODULE = "accel_launch._xla_worker"
 # PyTorch/XLA's own: how many replicas its CPU device runs (threads of one process).
-CPU_NUM_DEVICES = "CPU_NUM_DEVICES"
 
 
 @dataclass(frozen=True)
@@ -62,11 +61,6 @@ def check_xla_options(options: LaunchOptions) -> None:
             )
 
 
-def tpu_present() -> bool:
-    """Return True when this machine shows TPU chips (/dev/accel* on v2-v4, /dev/vfio/* on v5 and later)."""
-    return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
-
-
 def xla_env(
     num_processes: int, environ: Mapping[str, str], *, tpu: Callable[[], bool] = tpu_present
 ) -> dict[str, str]:
@@ -79,7 +73,7 @@ def xla_env(
     device = environ.get(env_vars.PJRT_DEVICE, "").strip() or ("TPU" if tpu() else "CPU")
     env = {env_vars.DISTRIBUTED_TYPE: XLA, env_vars.PJRT_DEVICE: device}
     if device.upper().startswith("CPU"):
-        env[CPU_NUM_DEVICES] = str(num_processes)
+        env[env_vars.CPU_NUM_DEVICES] = str(num_processes)
     return env
 
 

@@ -58,7 +58,11 @@ def xla_device_configured() -> bool:
         return False
     if os.environ.get(env_vars.PJRT_DEVICE, "").strip():
         return True
-    # A TPU VM exposes its chips as /dev/accel* (v2-v4) or /dev/vfio/* (v5 and later).
+    return tpu_present()
+
+
+def tpu_present() -> bool:
+    """Return True when this machine shows TPU chips (/dev/accel* on v2-v4, /dev/vfio/* on v5 and later)."""
     return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
 
 

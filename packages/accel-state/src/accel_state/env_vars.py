@@ -43,6 +43,8 @@ FSDP_ACTIVATION_CHECKPOINTING = "ACCEL_FSDP_ACTIVATION_CHECKPOINTING"
 FSDP_OFFLOAD_PARAMS = "ACCEL_FSDP_OFFLOAD_PARAMS"
 # PyTorch/XLA's own: the runtime's device kind (TPU, CPU, CUDA); set means an XLA run (with torch_xla).
 PJRT_DEVICE = "PJRT_DEVICE"
+# PyTorch/XLA's own: how many replicas (threads of one process) its CPU device runs.
+CPU_NUM_DEVICES = "CPU_NUM_DEVICES"
 # DeepSpeed's own: which accelerator it drives ("cpu" on a machine without GPUs).
 DS_ACCELERATOR = "DS_ACCELERATOR"
 # Set by the user, read by the library alone: "0" skips the cross-rank check of inputs before

@@ -237,19 +237,6 @@ class FsdpBackend(PrecisionSteps):
         full_tensor = getattr(norm, "full_tensor", None)
         return full_tensor() if full_tensor is not None else norm
 
-    def clip_grad_value_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        clip_value: float,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> None:
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
-
-    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
-        return self.precision.autocast(enabled, **autocast_kwargs)
-
     # Models and checkpoints --------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return unwrap(model)  # fully_shard shards the user's module in place

@@ -106,19 +106,6 @@ class NativeBackend(PrecisionSteps):
             self.unscale_gradients(optimizer)
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
-    def clip_grad_value_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        clip_value: float,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> None:
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
-
-    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
-        return self.precision.autocast(enabled, **autocast_kwargs)
-
     # Models and checkpoints --------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return unwrap(model, DistributedDataParallel)

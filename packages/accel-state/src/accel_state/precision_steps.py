@@ -7,7 +7,8 @@ step; only the engine backends (DeepSpeed) hand these to someone else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -17,7 +18,8 @@ from accel_state.precision_protocol import Precision
 
 
 class PrecisionSteps:
-    """Backward, optimizer step and unscaling through `self.precision` (mixed into a backend)."""
+    """Backward, optimizer step, unscaling, value clipping and autocast through `self.precision`
+    (mixed into a backend)."""
 
     gradient_state: GradientState
     precision: Precision
@@ -37,3 +39,16 @@ class PrecisionSteps:
         # Accumulating gradients are still to be added to: unscaling them now would mix scales.
         if self.gradient_state.sync_gradients:
             self.precision.unscale_gradients(optimizer)
+
+    def clip_grad_value_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        clip_value: float,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> None:
+        for optimizer in optimizers:
+            self.unscale_gradients(optimizer)
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
+        return self.precision.autocast(enabled, **autocast_kwargs)

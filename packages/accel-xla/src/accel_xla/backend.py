@@ -188,9 +188,6 @@ class XlaBackend(PrecisionSteps):
         self._reduced.update(id(o) for o in optimizers)
         return parameters
 
-    def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
-        return self.precision.autocast(enabled, **autocast_kwargs)
-
     # Models and checkpoints --------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return unwrap(model)
