@@ -26,11 +26,15 @@ XLA_PACKAGE = "accel-xla"
 XLA_CONSTRAINTS = str(ROOT / "constraints-xla.txt")
 ADAPTERS = [DEEPSPEED_PACKAGE, XLA_PACKAGE]
 
+# What the examples need beyond accel (examples/README: transformers builds models from configs).
+EXAMPLE_REQUIREMENTS = ("transformers==5.24.0", "tqdm")
+EXAMPLE_TESTS = ROOT / "examples" / "tests"
+
 # Checkers are pinned: a new release that formats or infers differently must not turn main red.
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
 MYPY = "mypy==2.4.1"
 
-nox.options.sessions = ["lint", "typecheck", "tests", "integration", "deepspeed", "xla"]
+nox.options.sessions = ["lint", "typecheck", "docs", "tests", "integration", "examples", "deepspeed", "xla"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -141,7 +145,7 @@ def integration(session: nox.Session) -> None:
 @nox.session
 def deepspeed(session: nox.Session) -> None:
     """accel-deepspeed's tests and DeepSpeed jobs on 2 CPU processes (DeepSpeed's CPU accelerator, gloo)."""
-    session.install("-c", CONSTRAINTS, DEEPSPEED)
+    session.install("-c", CONSTRAINTS, DEEPSPEED, "tqdm")
     install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
     session.run("pip", "check")
     env = {
@@ -157,6 +161,7 @@ def deepspeed(session: nox.Session) -> None:
         "no:cacheprovider",
         str(PACKAGES_DIR / DEEPSPEED_PACKAGE / "tests"),
         str(ROOT / "integration-tests" / "deepspeed"),
+        str(EXAMPLE_TESTS / "test_deepspeed_zero3.py"),
         *session.posargs,
         env=env,
     )
@@ -170,7 +175,7 @@ def xla(session: nox.Session) -> None:
     all from their folders in one resolver run.
     """
     siblings = (str(PACKAGES_DIR / name) for name in sibling_closure("accel"))
-    targets = [*siblings, f"{PACKAGES_DIR / XLA_PACKAGE}[test]"]
+    targets = [*siblings, f"{PACKAGES_DIR / XLA_PACKAGE}[test]", "tqdm"]
     session.install("-c", XLA_CONSTRAINTS, *targets)
     session.run("pip", "check")
     env = {**TEST_ENV, "PJRT_DEVICE": "CPU"}
@@ -180,6 +185,7 @@ def xla(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         str(PACKAGES_DIR / XLA_PACKAGE / "tests"),
+        str(EXAMPLE_TESTS / "test_xla.py"),
         *session.posargs,
         env=env,
     )
@@ -199,12 +205,68 @@ def benchmark_xla(session: nox.Session) -> None:
     )
 
 
+# The docs' tools, pinned like the checkers: a new release that warns differently must not turn main red.
+DOCS_TOOLS = (
+    "mkdocs==1.6.1",
+    "mkdocs-material==9.8.2",
+    "mkdocstrings==1.0.8",
+    "mkdocstrings-python==2.0.11",
+    "griffelib==2.4.1",
+    "ruff==0.17.6",  # mkdocstrings formats the rendered signatures with it
+)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The API reference and guides (mkdocs.yml): every public name must have a docstring and a
+    reference entry (docs/check_docstrings.py), then `mkdocs build --strict` turns warnings into errors.
+
+    griffe reads the packages' sources in place (mkdocs.yml `paths`), so neither they nor torch are
+    installed. The site goes to site/ (or the folder given after `--`).
+    """
+    session.install("-c", CONSTRAINTS, *DOCS_TOOLS)
+    session.run("python", str(ROOT / "docs" / "check_docstrings.py"))
+    site = session.posargs[0] if session.posargs else str(ROOT / "site")
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        str(ROOT / "mkdocs.yml"),
+        "--site-dir",
+        site,
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
 @nox.session
 def example(session: nox.Session) -> None:
-    """The main job: the example training script on 2 CPU processes."""
+    """The main job: the NLP example (a tiny transformer text classifier) on 2 CPU processes."""
     install_packages(session, "accel", extra="test")
+    session.install("-c", CONSTRAINTS, *EXAMPLE_REQUIREMENTS)
     session.run(
-        "accel", "launch", "--cpu", "--num_processes", "2", str(ROOT / "examples" / "train_regression.py")
+        "accel", "launch", "--cpu", "--num_processes", "2", str(ROOT / "examples" / "nlp_classification.py")
+    )
+
+
+@nox.session
+def examples(session: nox.Session) -> None:
+    """Every example on 2 CPU processes through `accel launch`, each checked by its metric. The
+    DeepSpeed and XLA examples run in their engines' sessions."""
+    install_packages(session, *PACKAGES, extra="test")
+    session.install("-c", CONSTRAINTS, *EXAMPLE_REQUIREMENTS, "tensorboard")
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(EXAMPLE_TESTS),
+        "--ignore",
+        str(EXAMPLE_TESTS / "test_deepspeed_zero3.py"),
+        "--ignore",
+        str(EXAMPLE_TESTS / "test_xla.py"),
+        *session.posargs,
+        env=TEST_ENV,
     )
 
 
@@ -234,3 +296,16 @@ def benchmark_deepspeed(session: nox.Session) -> None:
         str(ROOT / "benchmarks" / "deepspeed_zero2.py"),
         env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"},
     )
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Head to head: raw PyTorch vs accel vs Accelerate, every figure in one run (`python -m benchmarks`);
+    table on stdout, JSON and plots in benchmarks/results, benchmarks/README.md regenerated.
+
+    Arguments after `--` go to the runner: `nox -s bench -- --quick`, `-- --only training --rounds 7`.
+    """
+    # Accelerate is the contender, pinned to the version the targets were set against; matplotlib draws.
+    session.install("-c", CONSTRAINTS, DEEPSPEED, "accelerate==1.15.0", "matplotlib")
+    install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
+    session.run("python", "-m", "benchmarks", *session.posargs, env={"OMP_NUM_THREADS": "1"})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from accel_launch.testing import launch_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,3 +28,23 @@ def repo_root() -> Path:
 @pytest.fixture
 def example_script() -> Path:
     return REPO_ROOT / "examples" / "train_regression.py"
+
+
+@pytest.fixture
+def check_no_gloo_thread_left() -> Callable[[str, Iterable[str], Mapping[str, str]], None]:
+    """`check(held, launch_args, env)`: run jobs/threads_at_exit.py on 2 processes and assert that
+    no rank still runs a gloo thread after accel's exit teardown (such threads can abort a rank
+    with SIGABRT as the interpreter ends)."""
+
+    def check(held: str, launch_args: Iterable[str] = (), env: Mapping[str, str] | None = None) -> None:
+        job = REPO_ROOT / "integration-tests" / "jobs" / "threads_at_exit.py"
+        result = launch_script(job, 2, [held], launch_args=launch_args, env=env, timeout=240)
+        assert result.returncode == 0, result.stderr[-3000:]
+        lines = [line for line in result.stdout.splitlines() if line.startswith("THREADS ")]
+        reports = [json.loads(line.removeprefix("THREADS ")) for line in lines]
+        assert sorted(report["rank"] for report in reports) == ["0", "1"], result.stdout
+        for report in reports:
+            gloo = [name for name in report["names"] if "gloo" in name]
+            assert not gloo, f"rank {report['rank']} still runs {gloo} after the teardown"
+
+    return check

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -12,7 +16,7 @@ import torch_xla
 from torch.utils.data import DataLoader, TensorDataset
 from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
-from accel import Accelerator, DistributedType
+from accel import Accelerator, DistributedType, set_seed
 from accel_xla import RecompilationWarning, XlaConfigError
 
 WEIGHTS = torch.tensor([1.0, -2.0, 3.0, 0.5])
@@ -137,6 +141,41 @@ def test_prepared_loaders_upload_batches_to_the_xla_device():
     assert ends == [False, False, True]  # the loop's own end of data, not the upload thread's
     loader.set_epoch(3)
     assert loader.state_dict()["epoch"] == 3
+
+
+class CountedLoads(torch.utils.data.Dataset):
+    """Item i is tensor([i]); remembers which items were loaded."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.loaded: list[int] = []
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        self.loaded.append(index)
+        return torch.tensor([float(index)])
+
+
+def test_skip_first_batches_skips_inside_the_device_loader_without_loading_the_skipped():
+    accelerator = Accelerator()
+    dataset = CountedLoads(20)
+    loader = accelerator.prepare(DataLoader(dataset, batch_size=3))
+    full = [batch.cpu().flatten().tolist() for batch in loader]
+    dataset.loaded.clear()
+    skipped = accelerator.skip_first_batches(loader, 2)
+    assert isinstance(skipped, MpDeviceLoader)
+    assert len(skipped) == 5
+    rest, ends = [], []
+    for batch in skipped:
+        assert batch.device.type == "xla"
+        rest.append(batch.cpu().flatten().tolist())
+        ends.append(accelerator.gradient_state.end_of_dataloader)
+    assert rest == full[2:]
+    assert ends == [False, False, False, False, True]
+    assert sorted(dataset.loaded) == list(range(6, 20))  # the skipped batches were never loaded
+    assert [batch.cpu().flatten().tolist() for batch in loader] == full  # then whole epochs again
 
 
 def test_accumulation_steps_every_second_batch():
@@ -292,3 +331,42 @@ def test_load_state_restores_xlas_random_state(tmp_path):
     xm.set_rng_state(5)
     accelerator.backend.load_checkpoint(accelerator.prepared, Path(folder))
     assert xm.get_rng_state() == saved
+
+
+def test_set_seed_seeds_xlas_generator():
+    import torch_xla.core.xla_model as xm
+
+    accelerator = Accelerator()
+    draws = []
+    for seed in (3, 3, 4):
+        set_seed(seed)
+        assert xm.get_rng_state() == seed
+        draws.append(torch.rand(4, device=accelerator.device).cpu())
+    assert torch.equal(draws[0], draws[1])
+    assert not torch.equal(draws[0], draws[2])
+
+
+SEED_FIRST = textwrap.dedent(
+    """
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    from accel import Accelerator, set_seed
+
+    set_seed(11)  # before XLA's runtime starts: a notebook seeding before notebook_launcher
+    started = torch_xla._XLAC._xla_runtime_is_initialized()
+    Accelerator()
+    print("SEEDED", started, xm.get_rng_state())
+    """
+)
+
+
+def test_set_seed_before_the_runtime_starts_leaves_it_unstarted_and_seeds_at_setup():
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", SEED_FIRST], env=env, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"seeding before the runtime ran past 60 s:\n{error.stdout}\n{error.stderr}")
+    assert "SEEDED False 11" in done.stdout, f"{done.stdout}\n{done.stderr[-4000:]}"

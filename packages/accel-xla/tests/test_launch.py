@@ -38,6 +38,7 @@ SCRIPT = textwrap.dedent(
     inputs = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     targets = inputs @ torch.tensor([[1.0], [-2.0], [3.0], [0.5]])
     loader = DataLoader(TensorDataset(inputs, targets), batch_size=8)
+    time.sleep(float(os.environ.get("STAGGER", "0")) * rank)  # prepare copies replica 0's weights
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     losses = []
     for epoch in range(3):
@@ -104,6 +105,15 @@ def test_accel_launch_xla_runs_two_replicas_whose_weights_agree(tmp_path):
 
 def _square(x: int) -> int:
     return x * x
+
+
+def test_the_launcher_finds_the_backends_launch_through_the_seam():
+    from accel_state.backend import BackendNotAvailableError, replica_launcher
+    from accel_xla import XlaBackend
+
+    assert replica_launcher("XLA") == XlaBackend.launch
+    with pytest.raises(BackendNotAvailableError, match="MULTI_CPU backend does not start replicas"):
+        replica_launcher("MULTI_CPU")
 
 
 def test_the_backends_launch_returns_the_replicas_results_in_this_process():

@@ -54,3 +54,32 @@ def test_gather_returns_both_replicas_data_on_each():
     results = _run("gather")
     for result in results.values():
         assert result["gathered"] == [0.0, 10.0, 1.0, 11.0]
+
+
+def test_prepare_gives_every_replica_the_first_replicas_weights():
+    results = _run("unseeded_model")
+    before = {rank: results[rank]["before"] for rank in (0, 1)}
+    assert before[0]["0.weight"] != before[1]["0.weight"]  # the replicas drew different weights
+    assert before[0]["1.num_batches_tracked"] != before[1]["1.num_batches_tracked"]
+    for result in results.values():
+        assert result["after"] == before[0]
+
+
+@pytest.mark.parametrize("loader", ["plain", "generator"])
+def test_a_shuffled_loader_gives_disjoint_shards_of_one_permutation_per_epoch(shuffled, loader):
+    epochs = {rank: shuffled[rank][loader] for rank in (0, 1)}
+    orders = []
+    for epoch in (0, 1):
+        order = epochs[0][epoch]["order"]
+        assert epochs[1][epoch]["order"] == order  # the same permutation on both replicas
+        assert sorted(order) == list(range(24))
+        global_batches = [order[i : i + 3] for i in range(0, 24, 3)]
+        for rank in (0, 1):  # replica r takes global batches r, r + 2, ...
+            assert epochs[rank][epoch]["batches"] == global_batches[rank::2]
+        orders.append(order)
+    assert orders[0] != orders[1]  # each epoch its own shuffle
+
+
+@pytest.fixture(scope="module")
+def shuffled() -> dict[int, dict]:
+    return _run("shuffled")

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, CheckpointError, DistributedType
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler
-from accel_state import PreparedObjects, ProcessSetup, TorchCommunicator
+from accel_state import BackendDefaults, PreparedObjects, ProcessSetup, TorchCommunicator
 from accel_state import backend as backend_module
 
 
@@ -32,10 +32,11 @@ class _EngineModule(torch.nn.Module):
         return self.module(*args, **kwargs)
 
 
-class RecordingBackend:
+class RecordingBackend(BackendDefaults):
     """Implements the Backend protocol by recording each call and doing the least that works."""
 
     per_thread_state = False
+    checkpoint_format = "torch"  # a plain attribute: tests set it
     instances: list[RecordingBackend] = []
 
     @classmethod

@@ -53,6 +53,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     # Delegated attributes ---------------------------------------------------------------
     @property
     def state(self) -> Any:
+        """The wrapped optimizer's per-parameter state."""
         return self.optimizer.state
 
     @state.setter
@@ -61,6 +62,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
+        """The wrapped optimizer's parameter groups."""
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -69,6 +71,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     @property
     def defaults(self) -> dict[str, Any]:
+        """The wrapped optimizer's default hyperparameters."""
         return self.optimizer.defaults
 
     @defaults.setter
@@ -76,12 +79,15 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.defaults = value
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a parameter group to the wrapped optimizer."""
         self.optimizer.add_param_group(param_group)
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the wrapped optimizer's state dict."""
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load `state_dict` into the wrapped optimizer."""
         self.optimizer.load_state_dict(state_dict)
 
     def train(self) -> None:
@@ -90,6 +96,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.train()
 
     def eval(self) -> None:
+        """Switch an optimizer that has train/eval modes (schedule-free ones) to eval; others ignore it."""
         if hasattr(self.optimizer, "eval"):
             self.optimizer.eval()
 
@@ -111,6 +118,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return self.gradient_state.backward_calls != self._backward_calls_at_clear
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear gradients, except those no step has applied yet inside an accumulation window."""
         if self.gradient_state.num_steps > 1:
             # Inside an accumulation window: keep gradients no step has applied yet.
             if not self._stepped_since_clear and self._gradients_pending():
@@ -122,6 +130,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._backward_calls_at_clear = self.gradient_state.backward_calls
 
     def step(self, closure: Callable[[], float] | None = None) -> Any:
+        """Step on real steps only (not accumulation steps); fp16 may skip one on overflow."""
         if not self.gradient_state.sync_gradients:
             return None
         result, self._step_was_skipped = self.stepper.optimizer_step(self.optimizer, closure)

@@ -29,6 +29,7 @@ class AcceleratedScheduler:
         self.gradient_state = GradientState()
 
     def step(self, *args: Any, **kwargs: Any) -> None:
+        """Step when the optimizer really stepped (not on accumulation or skipped steps)."""
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
@@ -49,15 +50,19 @@ class AcceleratedScheduler:
             self.scheduler.step(*args, **kwargs)
 
     def get_last_lr(self) -> list[float]:
+        """Return the wrapped scheduler's last learning rates."""
         return self.scheduler.get_last_lr()
 
     def state_dict(self) -> dict[str, Any]:
+        """Return the wrapped scheduler's state dict."""
         return self.scheduler.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load `state_dict` into the wrapped scheduler."""
         self.scheduler.load_state_dict(state_dict)
 
     def get_lr(self) -> Any:
+        """Return the wrapped scheduler's current learning rates."""
         return self.scheduler.get_lr()
 
     def __getattr__(self, name: str) -> Any:

@@ -57,12 +57,14 @@ class BatchSamplerShard(BatchSampler):
     # The size of one step across all ranks, and of each rank's batch.
     @property
     def per_process_batch_size(self) -> int | None:
+        """Samples each process gets per batch (None for a sampler without a batch size)."""
         if self.batch_size is None:
             return None
         return self.batch_size // self.num_processes if self.split_batches else self.batch_size
 
     @property
     def global_batch_size(self) -> int | None:
+        """Samples all processes together get per batch (None for a sampler without a batch size)."""
         size = self.per_process_batch_size
         return None if size is None else size * self.num_processes
 

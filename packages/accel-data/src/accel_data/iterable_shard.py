@@ -68,6 +68,7 @@ class IterableDatasetShard(IterableDataset):
 
     @property
     def per_process_batch_size(self) -> int:
+        """Samples each process gets per batch."""
         return self.batch_size // self.num_processes if self.split_batches else self.batch_size
 
     @property

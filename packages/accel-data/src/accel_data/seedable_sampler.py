@@ -58,6 +58,7 @@ class SeedableRandomSampler(RandomSampler):
 
     @property
     def num_samples(self) -> int:
+        """Samples drawn per epoch: `num_samples` if given, else the dataset's length."""
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def set_epoch(self, epoch: int) -> None:

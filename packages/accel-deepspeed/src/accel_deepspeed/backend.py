@@ -28,7 +28,13 @@ from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
 from accel_deepspeed.plugin import DeepSpeedPlugin
 from accel_deepspeed.process_setup import setup_deepspeed_process
 from accel_deepspeed.teardown import release_at_exit
-from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.backend import (
+    BackendDefaults,
+    BackendOptions,
+    ProcessFacts,
+    ProcessGroupOptions,
+    ProcessSetup,
+)
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment
 from accel_state.native_backend import unwrap
@@ -38,7 +44,7 @@ from accel_state.prepared_objects import PreparedObjects
 ENGINE_CHECKPOINT = "deepspeed"
 
 
-class DeepSpeedBackend:
+class DeepSpeedBackend(BackendDefaults):
     """One DeepSpeed engine per Accelerator: one model, its optimizer and (optionally) scheduler."""
 
     per_thread_state = False

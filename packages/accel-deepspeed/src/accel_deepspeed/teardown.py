@@ -6,15 +6,20 @@ after all of its work. DeepSpeed keeps groups where that collection cannot reach
 module globals (the clone of the world group every ZeRO optimizer reduces over) and in engines a
 script still references. Run just before that teardown (`before_teardown`), this destroys every
 engine (hooks, buffers) and drops DeepSpeed's references to groups, so that the collection that
-follows frees them.
+follows frees them. Among those: default arguments (`group=GroupMember.WORLD` of its torch comm
+backend's barriers) bound when deepspeed.comm.torch is imported, after the group exists.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import weakref
 from typing import Any
+
+import torch
+from torch.distributed import ProcessGroup
 
 from accel_state.process_group import before_teardown
 
@@ -42,3 +47,39 @@ def _release() -> None:
                 setattr(groups, name, {} if isinstance(value, dict) else None)
         if getattr(groups, "mesh_device", None) is not None:
             setattr(groups, "mesh_device", None)  # noqa: B010 - a module attribute mypy cannot see
+    comm = sys.modules.get("deepspeed.comm.torch")
+    backend_class = getattr(comm, "TorchBackend", None)
+    if backend_class is not None:
+        _drop_default_groups(backend_class)
+    # A script's globals may still hold the engine, and DeepSpeed objects the collection cannot free
+    # hold groups too (its optimizers, ZeRO-3's zero.Init context and parameter offload, parameters).
+    for holder in gc.get_objects():
+        with contextlib.suppress(Exception):  # an odd object must not stop the others' release
+            if str(type(holder).__module__).startswith("deepspeed.") or isinstance(
+                holder, torch.nn.Parameter
+            ):
+                _drop_group_attributes(holder)
+
+
+def _drop_group_attributes(holder: Any) -> None:
+    """Set every attribute of `holder` that is a process group, or a list of them, to None."""
+    try:
+        attributes = object.__getattribute__(holder, "__dict__")
+    except Exception:  # noqa: BLE001 - objects without a plain __dict__ hold no group attribute
+        return
+    if not isinstance(attributes, dict):
+        return
+    for name, value in list(attributes.items()):
+        if isinstance(value, ProcessGroup):
+            attributes[name] = None
+        elif isinstance(value, list) and any(isinstance(item, ProcessGroup) for item in value):
+            attributes[name] = [None if isinstance(item, ProcessGroup) else item for item in value]
+
+
+def _drop_default_groups(cls: type) -> None:
+    """Replace process groups bound as default arguments of `cls`'s methods by None (the default
+    group, looked up at call time)."""
+    for method in vars(cls).values():
+        defaults = getattr(method, "__defaults__", None)
+        if defaults and any(isinstance(value, ProcessGroup) for value in defaults):
+            method.__defaults__ = tuple(None if isinstance(v, ProcessGroup) else v for v in defaults)

@@ -95,12 +95,12 @@ def _launch_xla(
 ) -> list[Any]:
     """Return `function(*args)` of each XLA replica, run by the XLA backend (`torch_xla.launch`)."""
     from accel_launch.xla_launch import xla_env
-    from accel_state.backend import backend_factory
+    from accel_state.backend import replica_launcher
     from accel_state.distributed_type import DistributedType
 
     env = {env_vars.LAUNCHED: "1", env_vars.MIXED_PRECISION: mixed_precision}
     env.update(xla_env(num_processes, os.environ))
-    launch = backend_factory(DistributedType.XLA).launch  # type: ignore[attr-defined]
+    launch = replica_launcher(DistributedType.XLA)
     if num_processes == 1:
         with env_vars.patched(env):
             return list(launch(function, args, num_processes=1))

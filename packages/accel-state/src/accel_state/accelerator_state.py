@@ -78,6 +78,7 @@ class AcceleratorState:
 
     @property
     def initialized(self) -> bool:
+        """Whether the shared state was built in this process (threads, under XLA on CPU)."""
         return "_partial" in self._shared_state
 
     def __reduce__(self) -> tuple[type, tuple[()]]:

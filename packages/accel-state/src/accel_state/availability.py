@@ -46,6 +46,7 @@ def _torch_backend(name: str) -> bool:
 
 # Optional packages -------------------------------------------------------------------------
 def is_deepspeed_available() -> bool:
+    """Return whether deepspeed is installed (looked up, not imported)."""
     return _installed("deepspeed")
 
 
@@ -63,90 +64,112 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
 
 
 def is_tensorboard_available() -> bool:
+    """Return whether tensorboard is installed (looked up, not imported)."""
     return _installed("tensorboard") or _installed("tensorboardX", "tensorboardX")
 
 
 def is_wandb_available() -> bool:
+    """Return whether wandb is installed (looked up, not imported)."""
     return _installed("wandb")
 
 
 def is_mlflow_available() -> bool:
+    """Return whether mlflow is installed (looked up, not imported)."""
     return _installed("mlflow", "mlflow", "mlflow-skinny")
 
 
 def is_comet_ml_available() -> bool:
+    """Return whether comet_ml is installed (looked up, not imported)."""
     return _installed("comet_ml", "comet_ml", "comet-ml")
 
 
 def is_aim_available() -> bool:
+    """Return whether aim is installed (looked up, not imported)."""
     return _installed("aim")
 
 
 def is_clearml_available() -> bool:
+    """Return whether clearml is installed (looked up, not imported)."""
     return _installed("clearml")
 
 
 def is_dvclive_available() -> bool:
+    """Return whether dvclive is installed (looked up, not imported)."""
     return _installed("dvclive")
 
 
 def is_swanlab_available() -> bool:
+    """Return whether swanlab is installed (looked up, not imported)."""
     return _installed("swanlab")
 
 
 def is_trackio_available() -> bool:
+    """Return whether trackio is installed (looked up, not imported)."""
     return _installed("trackio")
 
 
 def is_rich_available() -> bool:
+    """Return whether rich is installed (looked up, not imported)."""
     return _installed("rich")
 
 
 def is_tqdm_available() -> bool:
+    """Return whether tqdm is installed (looked up, not imported)."""
     return _installed("tqdm")
 
 
 def is_datasets_available() -> bool:
+    """Return whether datasets is installed (looked up, not imported)."""
     return _installed("datasets")
 
 
 def is_transformers_available() -> bool:
+    """Return whether transformers is installed (looked up, not imported)."""
     return _installed("transformers")
 
 
 def is_timm_available() -> bool:
+    """Return whether timm is installed (looked up, not imported)."""
     return _installed("timm")
 
 
 def is_torchvision_available() -> bool:
+    """Return whether torchvision is installed (looked up, not imported)."""
     return _installed("torchvision")
 
 
 def is_pandas_available() -> bool:
+    """Return whether pandas is installed (looked up, not imported)."""
     return _installed("pandas")
 
 
 def is_matplotlib_available() -> bool:
+    """Return whether matplotlib is installed (looked up, not imported)."""
     return _installed("matplotlib")
 
 
 def is_boto3_available() -> bool:
+    """Return whether boto3 is installed (looked up, not imported)."""
     return _installed("boto3")
 
 
 def is_sagemaker_available() -> bool:
+    """Return whether sagemaker is installed (looked up, not imported)."""
     return _installed("sagemaker")
 
 
 def is_pynvml_available() -> bool:
+    """Return whether pynvml is installed (looked up, not imported)."""
     return _installed("pynvml", "pynvml", "nvidia-ml-py")
 
 
 def is_pytest_available() -> bool:
+    """Return whether pytest is installed (looked up, not imported)."""
     return _installed("pytest")
 
 
 def is_torchdata_available() -> bool:
+    """Return whether torchdata is installed (looked up, not imported)."""
     return _installed("torchdata")
 
 
@@ -161,6 +184,7 @@ def is_torchdata_stateful_dataloader_available() -> bool:
 
 
 def is_safetensors_available() -> bool:
+    """Return whether safetensors is installed (looked up, not imported)."""
     return _installed("safetensors")
 
 
@@ -176,30 +200,37 @@ def is_bnb_available(min_version: str | None = None) -> bool:
 
 
 def is_4bit_bnb_available() -> bool:
+    """Return whether bitsandbytes is installed in a version with 4-bit support."""
     return is_bnb_available("0.39.0")
 
 
 def is_8bit_bnb_available() -> bool:
+    """Return whether bitsandbytes is installed in a version with 8-bit support."""
     return is_bnb_available("0.37.2")
 
 
 def is_peft_available() -> bool:
+    """Return whether peft is installed (looked up, not imported)."""
     return _installed("peft")
 
 
 def is_megatron_lm_available() -> bool:
+    """Return whether megatron_lm is installed (looked up, not imported)."""
     return _installed("megatron", "megatron-core", "megatron_core", "megatron-lm")
 
 
 def is_msamp_available() -> bool:
+    """Return whether msamp is installed (looked up, not imported)."""
     return _installed("msamp", "ms-amp", "msamp")
 
 
 def is_transformer_engine_available() -> bool:
+    """Return whether transformer_engine is installed (looked up, not imported)."""
     return _installed("transformer_engine", "transformer_engine", "transformer-engine")
 
 
 def is_torchao_available() -> bool:
+    """Return whether torchao is installed (looked up, not imported)."""
     return _installed("torchao")
 
 
@@ -209,36 +240,44 @@ def is_fp8_available() -> bool:
 
 
 def is_schedulefree_available() -> bool:
+    """Return whether schedulefree is installed (looked up, not imported)."""
     return _installed("schedulefree")
 
 
 def is_lomo_available() -> bool:
+    """Return whether lomo is installed (looked up, not imported)."""
     return _installed("lomo_optim", "lomo-optim", "lomo_optim")
 
 
 def is_pippy_available() -> bool:
+    """Return whether pippy is installed (looked up, not imported)."""
     return _installed("pippy", "torchpippy", "pippy")
 
 
 def is_import_timer_available() -> bool:
+    """Return whether import_timer is installed (looked up, not imported)."""
     return _installed("import_timer", "import-timer", "import_timer")
 
 
 def is_triton_available() -> bool:
+    """Return whether triton is installed (looked up, not imported)."""
     return _installed("triton")
 
 
 def is_torch_tensorrt_available() -> bool:
+    """Return whether torch_tensorrt is installed (looked up, not imported)."""
     return _installed("torch_tensorrt", "torch_tensorrt", "torch-tensorrt")
 
 
 def is_ipex_available() -> bool:
+    """Return whether Intel's extension for PyTorch is installed (looked up, not imported)."""
     return _installed(
         "intel_extension_for_pytorch", "intel_extension_for_pytorch", "intel-extension-for-pytorch"
     )
 
 
 def is_ccl_available() -> bool:
+    """Return whether oneCCL's bindings for torch are installed (looked up, not imported)."""
     return _installed("oneccl_bindings_for_pytorch", "oneccl_bind_pt") or _installed(
         "torch_ccl", "oneccl_bind_pt"
     )
@@ -246,20 +285,24 @@ def is_ccl_available() -> bool:
 
 # Devices -------------------------------------------------------------------------------------
 def is_torch_distributed_available() -> bool:
+    """Return whether this torch build has `torch.distributed`."""
     return bool(torch.distributed.is_available())
 
 
 def is_cuda_available() -> bool:
+    """Return whether torch can use a CUDA device (asks torch)."""
     return bool(torch.cuda.is_available())
 
 
 def is_mps_available(min_version: str = "1.12") -> bool:
+    """Return whether torch can use a Apple's MPS device (asks torch)."""
     del min_version  # every torch accel supports is newer
     mps = getattr(torch.backends, "mps", None)
     return bool(mps is not None and mps.is_available() and mps.is_built())
 
 
 def is_xpu_available(check_device: bool = False) -> bool:
+    """Return whether torch can use a Intel XPU device (asks torch)."""
     if not _torch_backend("xpu"):
         return False
     return not check_device or torch.xpu.device_count() > 0
@@ -280,27 +323,33 @@ def _vendor_device(module: str, device: str, check_device: bool) -> bool:
 
 
 def is_npu_available(check_device: bool = False) -> bool:
+    """Return whether torch can use a Ascend NPU device (asks torch)."""
     return _vendor_device("torch_npu", "npu", check_device)
 
 
 def is_mlu_available(check_device: bool = False) -> bool:
+    """Return whether torch can use a Cambricon MLU device (asks torch)."""
     return _vendor_device("torch_mlu", "mlu", check_device)
 
 
 def is_musa_available(check_device: bool = False) -> bool:
+    """Return whether torch can use a Moore Threads MUSA device (asks torch)."""
     return _vendor_device("torch_musa", "musa", check_device)
 
 
 def is_sdaa_available(check_device: bool = False) -> bool:
+    """Return whether torch can use a SDAA device (asks torch)."""
     return _vendor_device("torch_sdaa", "sdaa", check_device)
 
 
 def is_hpu_available(init_hccl: bool = False) -> bool:
+    """Return whether Habana's torch plugin is installed (looked up, not imported)."""
     del init_hccl  # accel never starts HCCL from a probe
     return _installed("habana_frameworks", "habana-torch-plugin", "habana_frameworks")
 
 
 def is_neuron_available() -> bool:
+    """Return whether torch-neuronx is installed (looked up, not imported)."""
     return _installed("torch_neuronx", "torch-neuronx", "torch_neuronx")
 
 

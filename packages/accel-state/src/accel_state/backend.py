@@ -113,15 +113,32 @@ class Backend(Protocol):
     """What a way of running provides; the facade calls nothing else."""
 
     precision: Precision
-    # Optional attribute `checkpoint_format` (default "torch"): the format of the model and
-    # optimizer files its save_checkpoint leaves; a checkpoint loads only into a backend of its format.
-    # Optional attribute `reshards_checkpoints` (default False): its checkpoints load into a job of
-    # another process count (FSDP's sharded files); otherwise load_state refuses one.
-    # Optional attribute `replicates_model` (default False): every process holds and steps the
-    # whole model itself, so its weights can be averaged across processes (LocalSGD).
-    # Optional method `to_host(data) -> data` (default: data as it is): `data` with every tensor
-    # copied to the host, for tensors a file cannot hold where they live (XLA's lazy tensors).
-    # `host_copy` below calls it; `Accelerator.save` and `save_state` write through it.
+
+    # What BackendDefaults gives a backend that does not say otherwise:
+    @property
+    def checkpoint_format(self) -> str:
+        """The format of the model and optimizer files its save_checkpoint leaves ("torch"); a
+        checkpoint loads only into a backend of its format."""
+
+    @property
+    def reshards_checkpoints(self) -> bool:
+        """Whether its checkpoints load into a job of another process count (FSDP's sharded
+        files); otherwise load_state refuses one."""
+
+    # Whether every process holds and steps the whole model itself, so that its weights can be
+    # averaged across processes (LocalSGD).
+    replicates_model: bool
+    # The engine plugin it runs with, or None (`Accelerator.deepspeed_plugin`/`fsdp_plugin`).
+    deepspeed_plugin: Any
+    fsdp_plugin: Any
+
+    def to_host(self, data: Any) -> Any:
+        """Return `data` with every tensor a file cannot hold where it lives (XLA's lazy tensors)
+        copied to the host; `Accelerator.save` and `save_state` write through it."""
+
+    def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
+        """Return `change` applied to `loader`, inside the wrapper this backend's `prepare` put
+        around it (XLA's device loader) and wrapped again (skip_first_batches)."""
 
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
         """Return the objects wrapped for this backend (DDP, engines, device loaders), same order.
@@ -188,8 +205,56 @@ class Backend(Protocol):
         """Load what `save_checkpoint` wrote; return the objects left to the generic code."""
 
 
+class BackendDefaults:
+    """The parts of `Backend` most backends leave as they are; a backend inherits this and
+    overrides what its engine does differently, so the facade never asks whether it has them."""
+
+    replicates_model: bool = False
+    deepspeed_plugin: Any = None
+    fsdp_plugin: Any = None
+
+    @property
+    def checkpoint_format(self) -> str:
+        """ "torch": the model and optimizer files of save_state are the generic code's."""
+        return "torch"
+
+    @property
+    def reshards_checkpoints(self) -> bool:
+        """False: a checkpoint loads only into a job of the process count that saved it."""
+        return False
+
+    def to_host(self, data: Any) -> Any:
+        """Return `data` as it is: files hold this backend's tensors where they live."""
+        return data
+
+    def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
+        """Return `change(loader)`: this backend's `prepare` wraps no loader."""
+        return change(loader)
+
+
+class ReplicaLauncher(Protocol):
+    """The optional `launch` method of a `BackendFactory` whose runtime starts a job's replicas
+    itself (XLA's `torch_xla.launch`), which no torchrun-style launcher can do for it."""
+
+    def __call__(
+        self,
+        function: Callable[..., Any],
+        args: tuple[Any, ...] = (),
+        *,
+        num_processes: int = 1,
+        start_method: str = "spawn",
+    ) -> list[Any]:
+        """Run `function(*args)` on `num_processes` replicas; return each replica's result."""
+
+
 class BackendFactory(Protocol):
-    """What is registered for a distributed type: it sets processes up and builds backends."""
+    """What is registered for a distributed type: it sets processes up and builds backends.
+
+    Optional methods, read through the functions that name them (a factory without one keeps working):
+    `launch`, a `ReplicaLauncher` (`replica_launcher`); `manual_seed(seed: int) -> None`, which
+    seeds the generators the backend's device draws from besides torch's (XLA's), for `set_seed`
+    (`seed_backend_generators`).
+    """
 
     per_thread_state: bool  # replicas are threads of one process: shared state per thread
 
@@ -258,10 +323,26 @@ def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
     return factory
 
 
-def host_copy(backend: Any, data: Any) -> Any:
-    """Return `data` as a file can hold it: through the backend's `to_host` when it has one, else as it is."""
-    to_host = getattr(backend, "to_host", None)
-    return data if to_host is None else to_host(data)
+def replica_launcher(distributed_type: DistributedType | str) -> ReplicaLauncher:
+    """Return the `launch` of `distributed_type`'s factory, for a type whose runtime starts its replicas."""
+    distributed_type = DistributedType(distributed_type)
+    launch: ReplicaLauncher | None = getattr(backend_factory(distributed_type), "launch", None)
+    if launch is None:
+        raise BackendNotAvailableError(
+            f"the {distributed_type.value} backend does not start replicas itself; start its "
+            "processes with accel launch"
+        )
+    return launch
+
+
+def seed_backend_generators(distributed_type: DistributedType | str, seed: int) -> None:
+    """Seed the generators `distributed_type`'s backend keeps besides torch's, through its
+    factory's `manual_seed` when it has one (XLA's device generator); the others have none."""
+    manual_seed: Callable[[int], None] | None = getattr(
+        backend_factory(distributed_type), "manual_seed", None
+    )
+    if manual_seed is not None:
+        manual_seed(seed)
 
 
 def create_backend(

@@ -59,6 +59,7 @@ class CommHookOptions:
 
     @property
     def enabled(self) -> bool:
+        """Whether a communication hook other than `NO` is asked for."""
         return self.hook is not DDPCommunicationHookType.NO
 
 

@@ -20,9 +20,16 @@ from typing import Any, cast
 import torch
 
 from accel_state import fsdp_checkpoint
-from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.backend import (
+    BackendDefaults,
+    BackendOptions,
+    ProcessFacts,
+    ProcessGroupOptions,
+    ProcessSetup,
+)
 from accel_state.communication import TorchCommunicator
 from accel_state.distributed_type import DistributedType
+from accel_state.exit_release import release_fsdp_at_exit, release_mesh_at_exit
 from accel_state.fsdp_plugin import SHARDED_STATE_DICT, FsdpConfigError, FullyShardedDataParallelPlugin
 from accel_state.fsdp_wrap import apply_activation_checkpointing, modules_to_shard
 from accel_state.gradient_state import GradientState
@@ -32,7 +39,7 @@ from accel_state.precision_steps import PrecisionSteps
 from accel_state.prepared_objects import PreparedObjects
 
 
-class FsdpBackend(PrecisionSteps):
+class FsdpBackend(PrecisionSteps, BackendDefaults):
     """Every model fully sharded across all processes (FSDP2, DTensor parameters)."""
 
     per_thread_state = False
@@ -108,10 +115,12 @@ class FsdpBackend(PrecisionSteps):
         return objects
 
     def mesh(self) -> Any:
+        """Return the 1-D device mesh over every process, built on first use."""
         if self._mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
 
             self._mesh = init_device_mesh(self.state.device.type, (self.state.num_processes,))
+            release_mesh_at_exit(self._mesh)
         return self._mesh
 
     def _policies(self, root: bool) -> dict[str, Any]:
@@ -137,6 +146,7 @@ class FsdpBackend(PrecisionSteps):
 
         inner = unwrap(model)
         if isinstance(inner, FSDPModule):
+            release_fsdp_at_exit(inner)
             return model
         if not any(p.requires_grad for p in inner.parameters()):
             return model
@@ -160,6 +170,7 @@ class FsdpBackend(PrecisionSteps):
             if not isinstance(module, FSDPModule):
                 fully_shard(module, **self._policies(root=False))
         fully_shard(inner, **self._policies(root=True))
+        release_fsdp_at_exit(inner)
         if on_meta:
             inner.to_empty(device="cpu" if plugin.cpu_offload else self.state.device)
         self._load_from_main(inner, full)

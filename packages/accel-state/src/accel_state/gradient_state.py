@@ -54,14 +54,17 @@ class GradientState:
 
     @property
     def adjust_scheduler(self) -> bool:
+        """Whether the scheduler's step count is kept right on accumulation steps (from the plugin)."""
         return self.plugin.adjust_scheduler
 
     @property
     def sync_with_dataloader(self) -> bool:
+        """Whether the last batch of a loader always syncs and steps (from the plugin)."""
         return self.plugin.sync_with_dataloader
 
     @property
     def sync_each_batch(self) -> bool:
+        """Whether every batch all-reduces even while accumulating, to save memory (from the plugin)."""
         return self.plugin.sync_each_batch
 
     @property
@@ -71,10 +74,12 @@ class GradientState:
 
     @property
     def in_dataloader(self) -> bool:
+        """Whether a prepared loader is being iterated now."""
         return bool(self.active_dataloaders)
 
     @property
     def end_of_dataloader(self) -> bool:
+        """Whether the loader being iterated has handed out its last batch."""
         loader = self.active_dataloader
         return bool(loader is not None and getattr(loader, "end_of_dataloader", False))
 

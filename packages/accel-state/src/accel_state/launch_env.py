@@ -31,6 +31,7 @@ class LaunchEnvironment:
 
     @property
     def is_distributed(self) -> bool:
+        """Whether the launcher started more than one process."""
         return self.world_size > 1
 
 

@@ -11,11 +11,18 @@ from typing import Any, cast
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.backend import (
+    BackendDefaults,
+    BackendOptions,
+    ProcessFacts,
+    ProcessGroupOptions,
+    ProcessSetup,
+)
 from accel_state.communication import TorchCommunicator
 from accel_state.ddp_comm_hooks import register_comm_hook
 from accel_state.device import choose_device, choose_process_group_backend
 from accel_state.distributed_type import DistributedType
+from accel_state.exit_release import release_ddp_at_exit
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment, export_for_torch
 from accel_state.precision_steps import PrecisionSteps
@@ -23,7 +30,7 @@ from accel_state.prepared_objects import PreparedObjects
 from accel_state.process_group import init_process_group, init_single_process_group
 
 
-class NativeBackend(PrecisionSteps):
+class NativeBackend(PrecisionSteps, BackendDefaults):
     """CPU, one GPU, or DDP over gloo/nccl across processes and machines."""
 
     per_thread_state = False
@@ -68,6 +75,8 @@ class NativeBackend(PrecisionSteps):
         self.precision.wrap_forward(model)
         if device_placement:
             model = model.to(self.state.device)
+        if isinstance(model, DistributedDataParallel):
+            release_ddp_at_exit(model)
         if not self.state.use_distributed or isinstance(model, DistributedDataParallel):
             return model
         if not any(p.requires_grad for p in model.parameters()):
@@ -75,6 +84,7 @@ class NativeBackend(PrecisionSteps):
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
         register_comm_hook(wrapped, self.comm_hook)
+        release_ddp_at_exit(wrapped)
         return wrapped
 
     # The step ----------------------------------------------------------------------------------

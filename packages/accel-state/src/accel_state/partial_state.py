@@ -112,6 +112,7 @@ class PartialState:
 
     @property
     def initialized(self) -> bool:
+        """Whether the shared state was built in this process (threads, under XLA on CPU)."""
         return "distributed_type" in self._shared_state
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
@@ -135,18 +136,22 @@ class PartialState:
     # Who am I ---------------------------------------------------------------------------
     @property
     def use_distributed(self) -> bool:
+        """Whether more than one process takes part."""
         return self.num_processes > 1
 
     @property
     def is_main_process(self) -> bool:
+        """Whether this is the process of rank 0 of the whole job."""
         return self.process_index == 0
 
     @property
     def is_local_main_process(self) -> bool:
+        """Whether this is the first process on its machine."""
         return self.local_process_index == 0
 
     @property
     def is_last_process(self) -> bool:
+        """Whether this is the process of the highest rank."""
         return self.process_index == self.num_processes - 1
 
     # Process control --------------------------------------------------------------------

@@ -34,9 +34,11 @@ class MultiProcessAdapter(logging.LoggerAdapter):
     """
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        """Return `msg` and `kwargs` unchanged: records carry no extra prefix."""
         return msg, kwargs
 
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        """Emit on the main process only unless `main_process_only=False`."""
         main_process_only = kwargs.pop("main_process_only", True)
         in_order = kwargs.pop("in_order", False)
         # Point the record's file and line at the caller (logging skips its own LoggerAdapter frames;

@@ -8,11 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from accel_state import env_vars
+from accel_state.backend import BackendNotAvailableError, seed_backend_generators
+from accel_state.distributed_type import DistributedType, resolve_distributed_type
 from accel_state.partial_state import PartialState
 
 
 def set_seed(seed: int, device_specific: bool = False) -> None:
-    """Seed python, numpy and torch (all devices); with `device_specific`, add the rank to the seed."""
+    """Seed python, numpy, torch (all devices) and the backend's own device generator (XLA's);
+    with `device_specific`, add the rank to the seed."""
     if device_specific:
         seed += PartialState().process_index
     random.seed(seed)
@@ -20,6 +24,19 @@ def set_seed(seed: int, device_specific: bool = False) -> None:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
+    try:
+        seed_backend_generators(_run_type(), seed)
+    except BackendNotAvailableError:
+        pass  # no backend to run on, so none of its generators to seed (Accelerator() will say so)
+
+
+def _run_type() -> DistributedType:
+    """The distributed type of this process's state, or the one it will be set up with; without
+    building the state (seeding before `Accelerator()` must not start a runtime)."""
+    current = PartialState._shared_state.get("distributed_type")
+    if current is not None:
+        return DistributedType(current)
+    return resolve_distributed_type(cpu=bool(env_vars.read_flag(env_vars.USE_CPU)))
 
 
 def get_rng_states() -> dict[str, Any]:

@@ -19,12 +19,19 @@ from typing import Any
 
 import torch
 
-from accel_state.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.backend import (
+    BackendDefaults,
+    BackendOptions,
+    ProcessFacts,
+    ProcessGroupOptions,
+    ProcessSetup,
+)
 from accel_state.gradient_state import GradientState
 from accel_state.launch_env import LaunchEnvironment
 from accel_state.native_backend import unwrap
 from accel_state.precision_steps import PrecisionSteps
 from accel_state.prepared_objects import PreparedObjects
+from accel_xla.first_replica import copy_from_first_replica, model_tensors
 from accel_xla.host import to_host
 from accel_xla.placement import MovedParameters, move_model, parameters_of, rebind_optimizer
 from accel_xla.recompilation import RecompilationWatch
@@ -35,7 +42,7 @@ class XlaConfigError(ValueError):
     """An option this XLA run cannot honour."""
 
 
-class XlaBackend(PrecisionSteps):
+class XlaBackend(PrecisionSteps, BackendDefaults):
     """One XLA device per replica; gradients averaged across replicas in the optimizer step."""
 
     per_thread_state = True  # on a CPU host (and TPU v2/v3) the replicas are threads of one process
@@ -54,6 +61,7 @@ class XlaBackend(PrecisionSteps):
         timeout: datetime.timedelta,
         process_group: ProcessGroupOptions | None = None,
     ) -> ProcessSetup:
+        """Start XLA's runtime for this replica and return its device, rank and world size."""
         from accel_xla.process_setup import setup_xla_process
 
         return setup_xla_process(launch, cpu=cpu, timeout=timeout, process_group=process_group)
@@ -72,6 +80,14 @@ class XlaBackend(PrecisionSteps):
         from accel_xla.launch import launch_replicas
 
         return launch_replicas(function, args, num_processes=num_processes, start_method=start_method)
+
+    @classmethod
+    def manual_seed(cls, seed: int) -> None:
+        """Seed this replica's XLA generator (`set_seed`); before XLA's runtime has started, at
+        each replica's setup (see `accel_xla.rng`)."""
+        from accel_xla.rng import seed_xla_generator
+
+        seed_xla_generator(seed)
 
     def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
         options = options or BackendOptions()
@@ -92,9 +108,14 @@ class XlaBackend(PrecisionSteps):
 
     # Preparing ---------------------------------------------------------------------------------
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
-        """Move models to the XLA device (shared weights re-tied), point optimizers at the moved
-        parameters, and wrap loaders so that batches are uploaded in the background."""
+        """Move models to the XLA device (shared weights re-tied) with replica 0's weights on every
+        replica, point optimizers at the moved parameters, and wrap loaders so that batches are
+        uploaded in the background."""
         objects.models = [self._prepare_model(m, objects.places(m)) for m in objects.models]
+        if self.state.num_processes > 1:
+            # As DDP's wrap does: thread replicas share one host generator, so their models differ.
+            placed = [m for m in objects.models if objects.places(m)]
+            copy_from_first_replica(model_tensors(placed), self.state.process_index)
         for optimizer in objects.optimizers:
             rebind_optimizer(optimizer, self.moved)
         objects.data_loaders = [self._prepare_loader(d, objects.places(d)) for d in objects.data_loaders]
@@ -116,6 +137,15 @@ class XlaBackend(PrecisionSteps):
         return XlaDeviceLoader(
             loader, self.state.device, on_batch=self.recompilation.saw_batch, boundary=self.step_boundary
         )
+
+    def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
+        """Return `change` applied to the prepared loader inside `loader`'s device loader, in a
+        device loader again (`skip_first_batches`); `change(loader)` for any other loader."""
+        from accel_xla.device_loader import XlaDeviceLoader
+
+        if not isinstance(loader, XlaDeviceLoader):
+            return change(loader)
+        return self._prepare_loader(change(loader.base_dataloader), device_placement=True)
 
     # The step ----------------------------------------------------------------------------------
     def optimizer_step(

@@ -6,6 +6,11 @@ the training loop, so the wrapped loader's own bookkeeping (its end of data, its
 the consumer: it looks one batch ahead itself (`end_of_dataloader`), is the loader accumulation
 and `gather_for_metrics` read while the loop iterates it, and reports the consumed position.
 Everything else (`len`, `set_epoch`, `remainder`, `total_batch_size`, ...) is the wrapped loader's.
+
+Each pass is begun here, in the replica's own thread, before the upload thread takes it over: what
+the wrapped loader does before its first batch (agreeing its generator's state with replica 0,
+moving to the next epoch's shuffle) needs the replica's shared state and XLA device, which the
+upload thread lacks (replicas that are threads keep both per thread).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch_xla.distributed.parallel_loader import MpDeviceLoader
+from torch_xla.distributed.parallel_loader import MpDeviceLoader, ParallelLoader
 
 from accel_state import GradientState
 from accel_state.nested import tensor_leaves
@@ -28,6 +33,8 @@ _NEVER = 2**62
 
 class XlaDeviceLoader(MpDeviceLoader):
     """`loader`'s batches, uploaded to `device` in the background (the loader keeps them on the host)."""
+
+    _parallel_loader: Any  # MpDeviceLoader's: the ParallelLoader of the pass in progress, or None
 
     def __init__(
         self,
@@ -67,7 +74,7 @@ class XlaDeviceLoader(MpDeviceLoader):
     def __iter__(self) -> Iterator[Any]:
         loader = self._loader
         position = [int(getattr(loader, "epoch", 0)), int(getattr(loader, "skip_batches", 0) or 0), False]
-        batches = super().__iter__()
+        batches = self._upload(_BegunPass(loader))
         if self._boundary is not None:
             batches = _synced_between_batches(batches, self._boundary)
         state = self._gradient_state
@@ -94,6 +101,13 @@ class XlaDeviceLoader(MpDeviceLoader):
             state._remove_dataloader(self)
             self._pass = None
 
+    def _upload(self, batches: _BegunPass) -> Iterator[Any]:
+        """MpDeviceLoader.__iter__ over a pass begun here rather than over the wrapped loader."""
+        if self._parallel_loader is not None:
+            self._parallel_loader.close()
+        self._parallel_loader = ParallelLoader(batches, [self._device], **self._parallel_loader_kwargs)
+        return iter(self._parallel_loader.per_device_loader(self._device))
+
     def state_dict(self) -> dict[str, Any]:
         """Return the wrapped loader's position as the loop consumed it (not as uploaded ahead)."""
         report = getattr(self._loader, "state_dict", None)
@@ -104,6 +118,26 @@ class XlaDeviceLoader(MpDeviceLoader):
                 epoch, done = epoch + 1, 0
             saved.update(epoch=epoch, batches_yielded=done)
         return saved
+
+
+class _BegunPass:
+    """One pass over `loader`, begun (up to its first batch) in the thread that builds this object;
+    the upload thread iterates the rest."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+        self._batches = iter(loader)
+        self._first = next(self._batches, _END)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._first is _END:
+            return
+        first, self._first = self._first, _END
+        yield first
+        yield from self._batches
 
 
 def _synced_between_batches(batches: Iterator[Any], boundary: StepBoundary) -> Iterator[Any]:

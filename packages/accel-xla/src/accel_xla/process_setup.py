@@ -13,6 +13,7 @@ from accel_state.backend import ProcessGroupOptions, ProcessSetup
 from accel_state.distributed_type import DistributedType
 from accel_state.launch_env import LaunchEnvironment
 from accel_xla.communicator import XlaCommunicator
+from accel_xla.rng import apply_seed_at_setup
 
 
 def setup_xla_process(
@@ -34,6 +35,7 @@ def setup_xla_process(
     import torch_xla.runtime as xr
 
     device = torch_xla.device()
+    apply_seed_at_setup()  # set_seed before the runtime started
     world_size = xr.world_size()
     local_world_size = max(world_size // max(xr.process_count(), 1), 1) if world_size > 1 else 1
     replicas = LaunchEnvironment(

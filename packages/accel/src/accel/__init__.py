@@ -1,43 +1,94 @@
-"""accel: run a plain PyTorch training loop on one or many processes, unchanged."""
+"""accel: run a plain PyTorch training loop on one or many processes, unchanged.
 
-from typing import Any
+Names load on first use (PEP 562), so `from accel import Accelerator` imports what the Accelerator
+needs and not the CLI, the trackers or the checkpoint code.
+"""
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from accel.__about__ import __version__
-from accel.accelerator import Accelerator
 from accel.adapter_names import ADAPTER_NAMES, adapter_name
-from accel.checkpoint_errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
-from accel.dataloader_config import DataLoaderConfiguration
-from accel.kwargs_handlers import (
-    AutocastKwargs,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    ProfileKwargs,
-)
-from accel.metrics import GatherForMetricsError
-from accel.project_config import ProjectConfiguration
-from accel.tracking import GeneralTracker, LoggerType, TrackerError, TrackerNotInstalledError
-from accel_data import DispatchError, LoaderStateError, ShardingError
-from accel_launch import ConfigError, LaunchOptionsError, NotebookLaunchError, notebook_launcher
-from accel_state import (
-    AcceleratorState,
-    BackendNotAvailableError,
-    CollectiveShapeError,
-    CollectiveTimeoutError,
-    DDPCommunicationHookType,
-    DistributedOperationException,
-    DistributedType,
-    EnvVarError,
-    FsdpConfigError,
-    FullyShardedDataParallelPlugin,
-    GradientAccumulationPlugin,
-    GradientState,
-    KwargsHandler,
-    LaunchEnvironmentError,
-    MixedPrecisionError,
-    PartialState,
-    set_seed,
-)
+
+if TYPE_CHECKING:
+    from accel.accelerator import Accelerator
+    from accel.checkpoint_errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
+    from accel.dataloader_config import DataLoaderConfiguration
+    from accel.kwargs_handlers import (
+        AutocastKwargs,
+        DistributedDataParallelKwargs,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+        ProfileKwargs,
+    )
+    from accel.metrics import GatherForMetricsError
+    from accel.project_config import ProjectConfiguration
+    from accel.tracking import GeneralTracker, LoggerType, TrackerError, TrackerNotInstalledError
+    from accel_data import DispatchError, LoaderStateError, ShardingError
+    from accel_launch import ConfigError, LaunchOptionsError, NotebookLaunchError, notebook_launcher
+    from accel_state import (
+        AcceleratorState,
+        BackendNotAvailableError,
+        CollectiveShapeError,
+        CollectiveTimeoutError,
+        DDPCommunicationHookType,
+        DistributedOperationException,
+        DistributedType,
+        EnvVarError,
+        FsdpConfigError,
+        FullyShardedDataParallelPlugin,
+        GradientAccumulationPlugin,
+        GradientState,
+        KwargsHandler,
+        LaunchEnvironmentError,
+        MixedPrecisionError,
+        PartialState,
+        set_seed,
+    )
+
+# Public name -> the module that defines it.
+_LAZY = {
+    "Accelerator": "accel.accelerator",
+    "AcceleratorState": "accel_state",
+    "AutocastKwargs": "accel.kwargs_handlers",
+    "BackendNotAvailableError": "accel_state",
+    "CheckpointError": "accel.checkpoint_errors",
+    "CheckpointTargetError": "accel.checkpoint_errors",
+    "CheckpointWriteError": "accel.checkpoint_errors",
+    "CollectiveShapeError": "accel_state",
+    "CollectiveTimeoutError": "accel_state",
+    "ConfigError": "accel_launch",
+    "DDPCommunicationHookType": "accel_state",
+    "DataLoaderConfiguration": "accel.dataloader_config",
+    "DispatchError": "accel_data",
+    "DistributedDataParallelKwargs": "accel.kwargs_handlers",
+    "DistributedOperationException": "accel_state",
+    "DistributedType": "accel_state",
+    "EnvVarError": "accel_state",
+    "FsdpConfigError": "accel_state",
+    "FullyShardedDataParallelPlugin": "accel_state",
+    "GatherForMetricsError": "accel.metrics",
+    "GeneralTracker": "accel.tracking",
+    "GradScalerKwargs": "accel.kwargs_handlers",
+    "GradientAccumulationPlugin": "accel_state",
+    "GradientState": "accel_state",
+    "InitProcessGroupKwargs": "accel.kwargs_handlers",
+    "KwargsHandler": "accel_state",
+    "LaunchEnvironmentError": "accel_state",
+    "LaunchOptionsError": "accel_launch",
+    "LoaderStateError": "accel_data",
+    "LoggerType": "accel.tracking",
+    "MixedPrecisionError": "accel_state",
+    "NotebookLaunchError": "accel_launch",
+    "PartialState": "accel_state",
+    "ProfileKwargs": "accel.kwargs_handlers",
+    "ProjectConfiguration": "accel.project_config",
+    "ShardingError": "accel_data",
+    "TrackerError": "accel.tracking",
+    "TrackerNotInstalledError": "accel.tracking",
+    "notebook_launcher": "accel_launch",
+    "set_seed": "accel_state",
+}
 
 __all__ = [
     "Accelerator",
@@ -85,8 +136,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # DeepSpeedPlugin, DummyOptim, ...: from their adapter package, on first use.
-    return adapter_name(name, __name__)
+    module = _LAZY.get(name)
+    if module is None:
+        # DeepSpeedPlugin, DummyOptim, ...: from their adapter package, on first use.
+        return adapter_name(name, __name__)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

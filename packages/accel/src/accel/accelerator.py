@@ -17,8 +17,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from accel import checkpointing
-from accel import metrics as _metrics
 from accel.checkpoint_registry import CheckpointRegistry
 from accel.dataloader_config import DataLoaderConfiguration
 from accel.experiment_tracking import ExperimentTracking
@@ -31,9 +29,7 @@ from accel.process_control import ProcessControl
 from accel.profiling import profile as _profile
 from accel.project_config import ProjectConfiguration
 from accel.training_triggers import TrainingTriggers
-from accel.weight_files import save_model
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
-from accel_data import even_batches_overridden, prepare_data_loader, skip_first_batches
 from accel_state import (
     AcceleratorState,
     GradientAccumulationPlugin,
@@ -41,7 +37,6 @@ from accel_state import (
     KwargsHandler,
     PreparedObjects,
     create_backend,
-    host_copy,
 )
 from accel_state import collectives as _collectives
 from accel_state.memory import release_memory
@@ -127,17 +122,18 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # The run's options -----------------------------------------------------------------------
     @property
     def mixed_precision(self) -> str:
+        """The precision the run uses: `no`, `fp16` or `bf16` (what an engine's own config settled)."""
         return self.state.mixed_precision
 
     @property
     def deepspeed_plugin(self) -> Any:
         """The DeepSpeedPlugin of a DeepSpeed run (None otherwise), as Accelerate names it."""
-        return getattr(self.backend, "deepspeed_plugin", None)
+        return self.backend.deepspeed_plugin
 
     @property
     def fsdp_plugin(self) -> Any:
         """The FullyShardedDataParallelPlugin of an FSDP run (None otherwise), as Accelerate names it."""
-        return getattr(self.backend, "fsdp_plugin", None)
+        return self.backend.fsdp_plugin
 
     @property
     def is_fsdp2(self) -> bool:
@@ -146,14 +142,17 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     @property
     def split_batches(self) -> bool:
+        """Whether each loader's batch size is the global one, split between the processes."""
         return self.dataloader_config.split_batches
 
     @property
     def even_batches(self) -> bool:
+        """Whether the last batch is completed from the start so every process gets one."""
         return self.dataloader_config.even_batches
 
     @property
     def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step inside `accumulate()`; settable to a positive int."""
         return self.gradient_state.num_steps
 
     @gradient_accumulation_steps.setter
@@ -165,6 +164,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     @property
     def sync_gradients(self) -> bool:
+        """Whether this step all-reduces and steps (False on the k-1 accumulation steps)."""
         return self.gradient_state.sync_gradients
 
     @property
@@ -174,6 +174,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
+        """The fp16 `GradScaler` of the run, or None when nothing scales the loss."""
         return self.precision.scaler
 
     @property
@@ -266,6 +267,8 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     def _shard_data_loader(self, data_loader: Any, device_placement: bool) -> DataLoader:
         config = self.dataloader_config
+        from accel_data import prepare_data_loader
+
         return prepare_data_loader(
             data_loader,
             device=self.device,
@@ -283,9 +286,12 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     def skip_first_batches(self, dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
         """Return a loader that resumes `dataloader`'s current epoch after `num_batches` batches.
 
-        Skipped batches are never loaded; later epochs run in full from the original loader.
+        Skipped batches are never loaded; later epochs run in full from the original loader. A
+        loader the backend wrapped (XLA's device loader) skips inside its wrapper, wrapped again.
         """
-        return skip_first_batches(dataloader, num_batches)
+        from accel_data import skip_first_batches
+
+        return self.backend.remake_loader(dataloader, lambda loader: skip_first_batches(loader, num_batches))
 
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -321,6 +327,8 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         if not self.use_distributed:
             yield
             return
+        from accel_data import even_batches_overridden
+
         with even_batches_overridden(self.prepared.data_loaders, even_batches), self.backend.join(joinables):
             yield
 
@@ -376,14 +384,18 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
-        return _metrics.gather_for_metrics(input_data, use_gather_object, self.num_processes)
+        from accel import metrics
+
+        return metrics.gather_for_metrics(input_data, use_gather_object, self.num_processes)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Return `tensor` summed (`mean`, `max`, `min`) over the processes, times `scale`."""
         return _collectives.reduce(tensor, reduction=reduction, scale=scale)
 
     def pad_across_processes(
         self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
     ) -> Any:
+        """Return `tensor` padded along `dim` to the largest size on any process."""
         return _collectives.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     # Models and saving ----------------------------------------------------------------------
@@ -395,13 +407,14 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         return model
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Return `model`'s full state dict, consolidated from shards (FSDP, ZeRO-3)."""
         return self.backend.get_state_dict(model)
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """Save `obj` to `f` from the main process only (safetensors for a flat tensor dict if asked)."""
         if not self.is_main_process:
             return
-        obj = host_copy(self.backend, obj)  # device tensors a file cannot hold are copied to the host
+        obj = self.backend.to_host(obj)  # device tensors a file cannot hold are copied to the host
         if safe_serialization:
             from safetensors.torch import save_file
 
@@ -412,19 +425,25 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # Checkpoints ----------------------------------------------------------------------------
     @property
     def project_dir(self) -> str | os.PathLike[str] | None:
+        """The project folder of `ProjectConfiguration` (where checkpoints and logs go), or None."""
         return self.project_configuration.project_dir
 
     @property
     def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets (`checkpoint_<n>`)."""
         return self.project_configuration.iteration
 
     def save_state(self, output_dir: str | None = None, safe_serialization: bool = True) -> str:
         """Save models, optimizers, schedulers, scaler, RNG states, loader positions and registered
         objects atomically into `output_dir` (or the next `checkpoint_<n>`); return the folder."""
+        from accel import checkpointing
+
         return checkpointing.save_state(self, output_dir, safe_serialization=safe_serialization)
 
     def load_state(self, input_dir: str | None = None, restore_dataloader_position: bool = False) -> str:
         """Restore what `save_state` wrote; return the folder loaded."""
+        from accel import checkpointing
+
         return checkpointing.load_state(self, input_dir, restore_dataloader_position)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
@@ -432,9 +451,11 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self._checkpoint_registry.register_for_checkpointing(*objects)
 
     def register_save_state_pre_hook(self, hook: Callable) -> Any:
+        """Call `hook(models, weights, output_dir)` before save_state writes the models."""
         return self._checkpoint_registry.register_save_state_pre_hook(hook)
 
     def register_load_state_pre_hook(self, hook: Callable) -> Any:
+        """Call `hook(models, input_dir)` before load_state loads the models."""
         return self._checkpoint_registry.register_load_state_pre_hook(hook)
 
     def save_model(
@@ -445,6 +466,8 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         safe_serialization: bool = True,
     ) -> None:
         """Write `model`'s weights (from the main process) as sharded safetensors with an index."""
+        from accel.weight_files import save_model
+
         save_model(self, model, save_directory, max_shard_size, safe_serialization)
 
     def free_memory(self, *objects: Any) -> list[None]:

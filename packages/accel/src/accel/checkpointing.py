@@ -18,7 +18,7 @@ from accel.checkpoint_registry import CheckpointRegistry, registry_of
 from accel.checkpoint_restore import check_resumable_loaders, expect_count, files_to_read, restore_plan
 from accel.checkpoint_rng import portable_rng_states
 from accel.checkpoint_writer import FolderWriter
-from accel_state import PartialState, PreparedObjects, barrier, gather_object, host_copy
+from accel_state import PartialState, PreparedObjects, barrier, gather_object
 from accel_state.timeouts import named_collective
 
 
@@ -74,7 +74,7 @@ def _write_main_files(
     safe: bool,
 ) -> dict[str, Any]:
     def host(state: Any) -> Any:
-        return host_copy(accelerator.backend, state)  # the backend's device tensors, on the host
+        return accelerator.backend.to_host(state)  # the backend's device tensors, on the host
 
     model_files = [write_model(writer, i, host(state), safe) for i, state in enumerate(weights)]
     for i, optimizer in enumerate(prepared.optimizers):
@@ -181,12 +181,12 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
 
 def reshards(backend: Any) -> bool:
     """Whether the backend's checkpoints load into a job of another process count (its files reshard)."""
-    return bool(getattr(backend, "reshards_checkpoints", False))
+    return backend.reshards_checkpoints
 
 
 def checkpoint_format(backend: Any) -> str:
     """The format of the model/optimizer files a backend writes ("torch" unless it says otherwise)."""
-    return str(getattr(backend, "checkpoint_format", "torch"))
+    return backend.checkpoint_format
 
 
 def _read_every_rank(reader: FolderReader, rank: int, is_main: bool) -> dict[str, Any]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accel.project_config import ProjectConfiguration
-from accel.tracking import GeneralTracker, build_trackers, resolve_trackers
-from accel_state import AcceleratorState
+if TYPE_CHECKING:
+    from accel.project_config import ProjectConfiguration
+    from accel.tracking import GeneralTracker
+    from accel_state import AcceleratorState
 
 
 class ExperimentTracking:
@@ -21,11 +22,18 @@ class ExperimentTracking:
 
     def _set_up_tracking(self, log_with: Any) -> None:
         # Checked when the Accelerator is built, on every rank: a missing package fails everywhere at once.
-        self.log_with = resolve_trackers(log_with, self.logging_dir)
+        # The trackers' code loads only for a run that asks for one.
+        if log_with is None:
+            self.log_with = []
+        else:
+            from accel.tracking import resolve_trackers
+
+            self.log_with = resolve_trackers(log_with, self.logging_dir)
         self._trackers = []
 
     @property
     def logging_dir(self) -> str | os.PathLike[str] | None:
+        """The folder trackers write to (`ProjectConfiguration.logging_dir`), or None."""
         return self.project_configuration.logging_dir
 
     @property
@@ -42,6 +50,8 @@ class ExperimentTracking:
         """Start the trackers of `log_with` for run `project_name`, storing `config` as its
         hyperparameters. `init_kwargs` maps a tracker name to its constructor's keyword arguments
         (e.g. `{"wandb": {"entity": "me"}}`)."""
+        from accel.tracking import build_trackers
+
         started = build_trackers(
             self.log_with, project_name, self.logging_dir, init_kwargs or {}, self.state.is_main_process
         )
@@ -61,6 +71,8 @@ class ExperimentTracking:
                 return tracker.tracker if unwrap else tracker
         requested = {item if isinstance(item, str) else item.name for item in self.log_with}
         if name in requested and not self.state.is_main_process:
+            from accel.tracking import GeneralTracker
+
             return GeneralTracker(_blank=True)
         raise ValueError(
             f"get_tracker: {name!r} is not a tracker of this Accelerator; it has "

@@ -31,7 +31,7 @@ class LocalSGD:
         self, accelerator: Accelerator, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True
     ):
         # The backend says whether each process holds (and steps) the whole model itself.
-        if not getattr(accelerator.backend, "replicates_model", False):
+        if not accelerator.backend.replicates_model:
             raise NotImplementedError(
                 "LocalSGD runs where every process holds the whole model (plain or DDP runs), "
                 f"not under {accelerator.distributed_type}"

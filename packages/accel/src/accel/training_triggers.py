@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from accel_state import AcceleratorState
-from accel_state import collectives as _collectives
 
 
 class TrainingTriggers:
@@ -33,7 +32,9 @@ class TrainingTriggers:
             if self._trigger_flag is not None
             else torch.tensor(0, device=self.state.device)
         )
-        fired = bool(_collectives.reduce(flag, reduction="sum").item() >= 1)
+        from accel_state import collectives
+
+        fired = bool(collectives.reduce(flag, reduction="sum").item() >= 1)
         if fired:
             self._trigger_flag = torch.tensor(0, device=self.state.device)
         return fired

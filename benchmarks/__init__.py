@@ -1,0 +1,1 @@
+"""Head-to-head benchmarks, accel vs raw PyTorch vs Hugging Face Accelerate: `python -m benchmarks`."""

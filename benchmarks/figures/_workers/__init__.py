@@ -1,0 +1,1 @@
+"""The figures' jobs: scripts started in fresh processes, one launcher per contender."""

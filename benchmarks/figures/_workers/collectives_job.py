@@ -1,0 +1,169 @@
+"""One contender's collectives on every rank: seconds per call of each op at each size.
+
+    <launcher> collectives_job.py CONTENDER --sizes 1024,65536 --blocks 3 --block-seconds 0.05
+
+Ops, per rank a float32 tensor of the given bytes (pad: rank r holds r elements fewer, so the
+others pad it):
+- raw: `all_gather_into_tensor` into a fresh output (the figure compares gather and
+  gather_for_metrics with it), and for pad a hand-written pad (one all_gather of this rank's
+  length, then `new_full` and a copy);
+- accel / accelerate: `accelerator.gather`, `accelerator.pad_across_processes`, and
+  `accelerator.gather_for_metrics` while a prepared loader is being iterated (its usual place:
+  an evaluation loop, not at the end of the data);
+- accel and accelerate also time the raw ops in their own job ("raw/gather", ...): a ratio
+  measured within one job, which load from other work on the machine cannot skew;
+- accel also with its input check off (`ACCEL_CHECK_COLLECTIVES=0`), in the same job, ops
+  "gather/nocheck" and "gather_for_metrics/nocheck".
+
+Every (op, size) runs in `--blocks` timed blocks, the ops rotating within each block round; a
+block's calls start and end with a barrier. Rank 0 emits {op: {bytes: seconds per call}}, from
+each op's fastest block (slower ones measure interference from other work on the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from benchmarks.collectives import _timed_block
+from benchmarks.figures._workers.jobs import emit
+from benchmarks.job_exit import end_job
+
+Op = Callable[[torch.Tensor], Any]
+_OPEN_LOADERS: list[Any] = []  # loaders being iterated while the job measures
+
+
+def _raw_ops() -> dict[str, Op]:
+    dist.init_process_group("gloo")
+    return _raw_functions()
+
+
+def _raw_functions() -> dict[str, Op]:
+    world = dist.get_world_size()
+    # all_gather_into_tensor's new name in recent torch (the old one warns through a wrapper).
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def gather(tensor: torch.Tensor) -> torch.Tensor:
+        out = torch.empty((tensor.shape[0] * world, *tensor.shape[1:]), dtype=tensor.dtype)
+        all_gather(out, tensor)
+        return out
+
+    def pad(tensor: torch.Tensor) -> torch.Tensor:
+        length = torch.tensor([tensor.shape[0]], dtype=torch.int64)
+        lengths = torch.empty(world, dtype=torch.int64)
+        all_gather(lengths, length)
+        longest = int(lengths.max())
+        if longest == tensor.shape[0]:
+            return tensor
+        out = tensor.new_full((longest, *tensor.shape[1:]), 0)
+        out[: tensor.shape[0]] = tensor
+        return out
+
+    # gather_for_metrics' raw equivalent is the same all_gather: the figure reuses "gather".
+    return {"gather": gather, "pad_across_processes": pad}
+
+
+def _in_evaluation(accelerator: Any) -> None:
+    """Start iterating a prepared loader and leave it open, as an evaluation loop would."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = accelerator.prepare(DataLoader(TensorDataset(torch.arange(4096)), batch_size=1))
+    iterator = iter(loader)
+    next(iterator)
+    _OPEN_LOADERS.append((loader, iterator))
+
+
+def _library_ops(accelerator: Any) -> dict[str, Op]:
+    _in_evaluation(accelerator)
+    ops = {
+        "gather": accelerator.gather,
+        "pad_across_processes": accelerator.pad_across_processes,
+        "gather_for_metrics": accelerator.gather_for_metrics,
+    }
+    # The raw ops again, in the same blocks: a ratio that load from other jobs cannot skew.
+    ops.update({f"raw/{name}": op for name, op in _raw_functions().items()})
+    return ops
+
+
+def _accel_ops() -> dict[str, Op]:
+    from accel import Accelerator
+    from accel_state import PartialState
+
+    ops = _library_ops(Accelerator())
+    state = PartialState()
+
+    def unchecked(op: Op) -> Op:
+        def call(tensor: torch.Tensor) -> Any:
+            # What ACCEL_CHECK_COLLECTIVES=0 sets, flipped alike on every rank.
+            default, state.check_collectives = state.check_collectives, False
+            try:
+                return op(tensor)
+            finally:
+                state.check_collectives = default
+
+        return call
+
+    ops["gather/nocheck"] = unchecked(ops["gather"])
+    ops["gather_for_metrics/nocheck"] = unchecked(ops["gather_for_metrics"])
+    return ops
+
+
+def _accelerate_ops() -> dict[str, Op]:
+    from accelerate import Accelerator
+
+    return _library_ops(Accelerator())
+
+
+def _inputs(size: int, op: str) -> torch.Tensor:
+    elements = max(1, size // 4)
+    if "pad" in op:  # also the raw pad timed in a library job
+        elements -= dist.get_rank()
+    return torch.full((elements,), float(dist.get_rank()))
+
+
+def _calls(block_seconds: float, seconds_per_call: float) -> int:
+    return max(1, min(2000, round(block_seconds / max(seconds_per_call, 1e-6))))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("contender", choices=("raw", "accel", "accelerate"))
+    parser.add_argument("--sizes", required=True, help="bytes per rank, comma-separated")
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--block-seconds", type=float, default=0.03)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    build = {"raw": _raw_ops, "accel": _accel_ops, "accelerate": _accelerate_ops}[args.contender]
+    ops = build()
+    names = list(ops)
+    results: dict[str, dict[int, float]] = {name: {} for name in names}
+    for size in (int(s) for s in args.sizes.split(",")):
+        inputs = {name: _inputs(size, name) for name in names}
+        calls = {}
+        for name in names:  # warm-up, and how many calls fill a block (the same on every rank)
+            seconds = _timed_block(functools.partial(ops[name], inputs[name]), 1, dist.barrier)
+            agreed = torch.tensor([seconds], dtype=torch.float64)
+            dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+            calls[name] = _calls(args.block_seconds, float(agreed))
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for block in range(args.blocks):
+            shift = block % len(names)
+            for name in names[shift:] + names[:shift]:
+                call = functools.partial(ops[name], inputs[name])
+                times[name].append(_timed_block(call, calls[name], dist.barrier))
+        for name in names:
+            # The fastest block: on a shared machine, slower ones measure other work's interference.
+            results[name][size] = min(times[name])
+    if dist.get_rank() == 0:
+        emit(results)
+    dist.barrier()
+    end_job(args.contender)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The results of a run as one JSON-ready record: per figure the samples, medians, spreads, ratios and
+whether its target was met; written as `<output>/<date>-<machine>.json`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from benchmarks import stats, targets
+from benchmarks.measurement import ACCEL, ACCELERATE, CONTENDERS, RAW, Measurement
+
+RATIOS = ((ACCEL, RAW), (ACCEL, ACCELERATE))
+SCHEMA = 1
+
+
+def measurement_record(module: str, measurement: Measurement, quick: bool = False) -> dict[str, Any]:
+    """Return `measurement` with its summaries, ratios and target status added (a quick run's one
+    round of tiny inputs checks no target)."""
+    record = asdict(measurement)
+    record["module"] = module
+    summaries = {
+        name: summary.as_dict()
+        for name in CONTENDERS
+        if (summary := stats.summarize(measurement.samples.get(name, []))) is not None
+    }
+    ratios = {}
+    for numerator, denominator in RATIOS:
+        summary = stats.ratio(
+            measurement.samples.get(numerator, []), measurement.samples.get(denominator, [])
+        )
+        if summary is not None:
+            ratios[f"{numerator}/{denominator}"] = summary.as_dict()
+    record["summary"], record["ratios"] = summaries, ratios
+    record["target_status"] = record["target_detail"] = None
+    if measurement.target and quick:
+        record["target_status"], record["target_detail"] = targets.UNCHECKED, "quick run"
+    elif measurement.target and not measurement.skipped:
+        try:
+            status, detail = targets.check(
+                measurement.target,
+                {name: cell["median"] for name, cell in summaries.items()},
+                {key: cell["median"] for key, cell in ratios.items()},
+            )
+        except targets.TargetError as error:
+            status, detail = targets.UNCHECKED, str(error)
+        record["target_status"], record["target_detail"] = status, detail
+    return record
+
+
+def run_record(
+    *,
+    date: str,
+    machine: dict[str, Any],
+    versions: dict[str, Any],
+    options: dict[str, Any],
+    absent: dict[str, str],
+    figures: dict[str, dict[str, Any]],
+    measurements: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Return the whole run's record: what the JSON file holds and the README is made from."""
+    return {
+        "schema": SCHEMA,
+        "date": date,
+        "machine": machine,
+        "versions": versions,
+        "options": options,
+        "absent": absent,
+        "figures": figures,
+        "measurements": measurements,
+        "plots": [],
+    }
+
+
+def write(record: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Return the record of a results file; a file that is not one fails naming the file."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise SystemExit(f"benchmarks: cannot read results file {path}: {error}") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise SystemExit(f"benchmarks: {path} is not a results file of schema {SCHEMA}")
+    return record
+
+
+def latest(folder: Path) -> Path | None:
+    """Return the newest full results file in `folder`, else the newest quick one, else None."""
+    found = []
+    for path in folder.glob("*.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(record, dict) and record.get("schema") == SCHEMA:
+            found.append(
+                (not record.get("options", {}).get("quick", False), str(record.get("date", "")), path)
+            )
+    return max(found)[2] if found else None

@@ -1,0 +1,198 @@
+"""`python -m benchmarks`: find the figure modules, measure each, then print the table and write the
+JSON, the plots and benchmarks/README.md.
+
+A figure that fails is reported (and the run exits 1) without losing the others' results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import pkgutil
+import subprocess
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmarks import machine, plots, readme, report, table
+from benchmarks.measurement import ACCEL, ACCELERATE, CONTENDERS, RAW, Measurement, RunOptions
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUTPUT = HERE / "results"
+DEFAULT_README = HERE / "README.md"
+DEFAULT_ROUNDS = 5
+# The table's order; figure modules not named here follow in alphabetical order.
+ORDER = ("startup", "training", "loader", "skip", "collectives", "checkpoint", "memory")
+
+
+def figure_names() -> list[str]:
+    """Return the figure modules in benchmarks/figures, in the table's order."""
+    import benchmarks.figures
+
+    found = [
+        info.name
+        for info in pkgutil.iter_modules(benchmarks.figures.__path__)
+        if not info.name.startswith("_")
+    ]
+    return sorted(found, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), name))
+
+
+def detect_contenders() -> tuple[tuple[str, ...], dict[str, str]]:
+    """Return the contenders this environment can measure, and why each missing one is absent.
+
+    Accelerate counts only where it imports, checked in a child process so that this one stays lean.
+    """
+    probe = subprocess.run(
+        [sys.executable, "-c", "import accelerate"], capture_output=True, text=True, timeout=300
+    )
+    if probe.returncode == 0:
+        return CONTENDERS, {}
+    lines = probe.stderr.strip().splitlines()
+    return (RAW, ACCEL), {
+        ACCELERATE: f"`import accelerate` fails here ({lines[-1] if lines else 'no output'})"
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0].replace("\n", " ")
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="one round of tiny inputs per figure (seconds): a smoke test"
+    )
+    parser.add_argument(
+        "--rounds", type=int, help=f"rounds per figure (default {DEFAULT_ROUNDS}; 1 with --quick)"
+    )
+    parser.add_argument("--only", help="comma-separated figure modules to run (default: all)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="folder of the JSON and plots")
+    parser.add_argument("--readme", type=Path, help="README to regenerate (default: benchmarks/README.md "
+                        "for the default output, else <output>/README.md)")  # fmt: skip
+    parser.add_argument(
+        "--readme-only",
+        action="store_true",
+        help="measure nothing: redraw the latest results' plots and regenerate the README",
+    )
+    args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else DEFAULT_ROUNDS
+    known = figure_names()
+    if args.only is not None:
+        wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in known]
+        if unknown or not wanted:
+            parser.error(
+                f"--only: unknown figure {', '.join(unknown) or repr(args.only)} (known: {', '.join(known)})"
+            )
+        args.figures = [name for name in known if name in wanted]
+    else:
+        args.figures = known
+    if args.readme is None:
+        same = args.output.resolve() == DEFAULT_OUTPUT.resolve()
+        args.readme = DEFAULT_README if same else args.output / "README.md"
+    return args
+
+
+def check_measurements(name: str, measurements: Any) -> list[Measurement]:
+    """Return `measurements` if it is what the contract promises; else fail naming the figure and the flaw."""
+    if not isinstance(measurements, list):
+        raise TypeError(f"measure() returned {type(measurements).__name__}, not a list of Measurement")
+    for item in measurements:
+        if not isinstance(item, Measurement):
+            raise TypeError(f"measure() returned a {type(item).__name__} among its measurements")
+        for contender, values in item.samples.items():
+            if contender not in CONTENDERS:
+                raise ValueError(f"{item.figure!r}: unknown contender {contender!r}")
+            if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+                raise ValueError(f"{item.figure!r}: {contender} has a sample that is not a finite number")
+    return measurements
+
+
+def run_figure(name: str, options: RunOptions) -> tuple[list[Measurement], dict[str, Any]]:
+    """Return a figure module's measurements and how its run went (seconds, error)."""
+    started = time.perf_counter()
+    try:
+        module = importlib.import_module(f"benchmarks.figures.{name}")
+        measurements = check_measurements(name, module.measure(options))
+        error = None
+    except Exception as failure:  # noqa: BLE001 - one figure's failure must not lose the others
+        traceback.print_exc(file=sys.stderr)
+        # The last line that says something (a launcher's report ends in a rule of "=").
+        lines = [line.strip() for line in str(failure).splitlines() if any(c.isalnum() for c in line)]
+        measurements, error = [], f"{type(failure).__name__}: {lines[-1] if lines else ''}"
+    return measurements, {"seconds": round(time.perf_counter() - started, 1), "error": error}
+
+
+def finish(run: dict[str, Any], results_file: Path, readme_path: Path) -> None:
+    """Draw the plots beside `results_file`, write it, and regenerate the README from the latest results."""
+    results_file.parent.mkdir(parents=True, exist_ok=True)
+    draw_plots(run, results_file)
+    report.write(run, results_file)
+    regenerate_readme(results_file.parent, readme_path)
+
+
+def draw_plots(run: dict[str, Any], results_file: Path) -> None:
+    """Draw `run`'s plots beside `results_file` and list them in `run`, or say why there are none."""
+    reason = plots.available()
+    if reason is None:
+        run["plots"] = plots.draw(run, results_file.parent, results_file.stem)
+        run.pop("plots_skipped", None)
+    else:
+        run["plots"], run["plots_skipped"] = [], reason
+        print(f"benchmarks: {reason}", file=sys.stderr)
+
+
+def regenerate_readme(folder: Path, readme_path: Path, redraw: bool = False) -> None:
+    """Write the README from the latest results in `folder` (first redrawing its plots, if asked)."""
+    latest = report.latest(folder)
+    if latest is None:
+        raise SystemExit(f"benchmarks: no results file in {folder} to make {readme_path} from")
+    run = report.load(latest)
+    if redraw:
+        draw_plots(run, latest)
+        report.write(run, latest)
+    readme.write(run, latest, readme_path)
+    print(f"benchmarks: {readme_path} regenerated from {latest}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.readme_only:
+        regenerate_readme(args.output, args.readme, redraw=True)
+        return
+    contenders, absent = detect_contenders()
+    options = RunOptions(quick=args.quick, rounds=args.rounds, contenders=contenders)
+    for name, reason in absent.items():
+        print(f"benchmarks: {name} absent: {reason}", file=sys.stderr)
+    records, figures = [], {}
+    for name in args.figures:
+        print(f"benchmarks: measuring {name} ...", file=sys.stderr, flush=True)
+        measurements, figures[name] = run_figure(name, options)
+        records += [report.measurement_record(name, measurement, args.quick) for measurement in measurements]
+    now = datetime.now(timezone.utc)
+    described = machine.describe()
+    run = report.run_record(
+        date=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        machine=described,
+        versions=machine.versions(),
+        options={
+            "quick": args.quick,
+            "rounds": args.rounds,
+            "only": args.figures if args.only else None,
+            "contenders": list(contenders),
+        },  # fmt: skip
+        absent=absent,
+        figures=figures,
+        measurements=records,
+    )
+    print(table.text(run))
+    results_file = args.output / f"{now:%Y-%m-%d-%H%M%S}-{machine.slug(described)}.json"
+    finish(run, results_file, args.readme)
+    print(f"benchmarks: results in {results_file}")
+    if any(figure["error"] for figure in figures.values()):
+        sys.exit(1)

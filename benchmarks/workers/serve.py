@@ -1,0 +1,55 @@
+"""The worker side of a block job: every rank connects to the figure that started it, then runs the
+blocks of work it is asked for and answers how fast they ran, until it is told to stop.
+
+A job is started once and kept: figures interleave short blocks of the contenders' jobs round by
+round (the others waiting idle on their socket), so that drift in the machine's speed hits all
+alike and no round pays for a process start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Task:
+    """One kind of block a job can run: `run` does one block and returns the samples it processed."""
+
+    run: Callable[[], float]
+    # Called after the timed blocks, before the closing barrier (e.g. torch.cuda.synchronize).
+    sync: Callable[[], None] = lambda: None
+    # Extra numbers to answer with each block (e.g. peak device memory).
+    extras: Callable[[], dict[str, float]] = field(default=lambda: {})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags every block job takes: where to connect and the job's name."""
+    parser.add_argument("--connect", required=True, help="host:port of the figure that started this job")
+    parser.add_argument("--job", required=True, help="this job's name, as the figure knows it")
+
+
+def serve(args: argparse.Namespace, rank: int, tasks: dict[str, Task], barrier: Callable[[], None]) -> None:
+    """Run the blocks the figure asks for ({"task": name, "blocks": n}) until it sends null."""
+    host, port = args.connect.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as connection, connection.makefile("rw") as channel:
+        channel.write(json.dumps({"job": args.job, "rank": rank}) + "\n")
+        channel.flush()
+        for line in channel:
+            request: dict[str, Any] | None = json.loads(line)
+            if request is None:
+                break
+            task = tasks[request["task"]]
+            barrier()
+            started = time.perf_counter()
+            samples = sum(task.run() for _ in range(request["blocks"]))
+            task.sync()
+            barrier()
+            seconds = time.perf_counter() - started
+            channel.write(json.dumps({"rate": samples / seconds, "seconds": seconds, **task.extras()}) + "\n")
+            channel.flush()
