@@ -126,8 +126,9 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Real multi-process jobs through `accel launch` (gloo on CPU)."""
+    """Real multi-process jobs through `accel launch` (gloo on CPU); some launch the examples."""
     install_packages(session, *PACKAGES, extra="test")
+    session.install("-c", CONSTRAINTS, "tqdm")
     session.run(
         "pytest",
         "-q",

@@ -112,7 +112,7 @@ def raw(backend: str, width: int, layers: int, before: list[float]) -> Step:
 
 
 def accel(backend: str, width: int, layers: int, before: list[float]) -> Step:
-    from accel import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin
+    from accel import Accelerator, FullyShardedDataParallelPlugin
 
     if backend == "fsdp":
         plugin = FullyShardedDataParallelPlugin(
@@ -120,6 +120,8 @@ def accel(backend: str, width: int, layers: int, before: list[float]) -> Step:
         )
         accelerator = Accelerator(fsdp_plugin=plugin)
     elif backend == "zero3":
+        from accel import DeepSpeedPlugin  # accel[deepspeed]: only where ZeRO-3 is measured
+
         accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))
     else:
         accelerator = Accelerator()
