@@ -21,7 +21,10 @@ def report_threads() -> None:
     for task in os.listdir("/proc/self/task"):
         with open(f"/proc/self/task/{task}/comm") as comm:
             names.append(comm.read().strip())
-    print("THREADS " + json.dumps({"rank": os.environ["RANK"], "names": sorted(names)}), flush=True)
+    line = "THREADS " + json.dumps({"rank": os.environ["RANK"], "names": sorted(names)}) + "\n"
+    # One write, so that the ranks' lines never interleave on the shared pipe.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
 
 
 # Registered before the Accelerator joins the process group, so it runs after accel's teardown
