@@ -234,6 +234,16 @@ def test_a_corrupt_json_line_names_the_file_and_line(tmp_path):
 
 
 @needs_matplotlib
+def test_a_record_still_being_written_is_left_out(tmp_path):
+    folder = write_jsonl(tmp_path, "run", training_records(1.0, steps=3))
+    path = folder / "metrics.jsonl"
+    path.write_text(path.read_text() + '{"step": 3, "values": {"loss": 0.')  # no newline yet
+    result = invoke(str(folder), "-o", str(tmp_path / "p.png"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+@needs_matplotlib
 def test_a_line_that_is_not_a_tracker_record_names_the_file_and_line(tmp_path):
     folder = write_jsonl(tmp_path, "run", training_records(1.0, steps=2))
     path = folder / "metrics.jsonl"

@@ -74,7 +74,11 @@ def _number(value: Any) -> float | None:
 
 
 def read_jsonl(path: Path, run: Run) -> None:
-    """Add the numeric values of a JSON-lines metrics file to `run`; raise RunLogError at a bad line."""
+    """Add the numeric values of a JSON-lines metrics file to `run`; raise RunLogError at a bad line.
+
+    A last line without its newline is a record the run is still writing (plotting a live run):
+    it is left out, not an error.
+    """
     with open(path, encoding="utf-8") as file:
         for position, (number, line) in enumerate(enumerate(file, start=1)):
             if not line.strip():
@@ -82,6 +86,8 @@ def read_jsonl(path: Path, run: Run) -> None:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
+                if not line.endswith("\n"):
+                    return
                 raise RunLogError(f"{path}:{number}: not valid JSON ({error.msg})") from None
             if not isinstance(record, dict) or not isinstance(record.get("values"), dict):
                 raise RunLogError(f'{path}:{number}: expected an object {{"step": ..., "values": {{...}}}}')
