@@ -81,7 +81,6 @@ KNOWN_ACCEL_VARIABLES: frozenset[str] = frozenset(
     for name, value in dict(globals()).items()
     if name.isupper() and isinstance(value, str) and value.startswith("ACCEL_")
 )
-ACCEL_PREFIX = "ACCEL_"
 
 _TRUE_WORDS = {"1", "true", "yes", "on"}
 _FALSE_WORDS = {"0", "false", "no", "off", ""}
@@ -99,7 +98,7 @@ def unknown_variable_messages(environ: Mapping[str, str], where: str = "environm
     """Return one line per ACCEL_* name of `environ` that accel does not know, with the closest known name."""
     messages = []
     for name in sorted(environ):
-        if not name.startswith(ACCEL_PREFIX) or name in KNOWN_ACCEL_VARIABLES:
+        if not name.startswith("ACCEL_") or name in KNOWN_ACCEL_VARIABLES:
             continue
         close = difflib.get_close_matches(name, sorted(KNOWN_ACCEL_VARIABLES), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
