@@ -135,8 +135,13 @@ def test_launch_with_a_duplicate_key_file_exits_2(tmp_path, script, launched):
 
 def test_yaml_merge_keys_may_be_overridden(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("megatron_lm_config:\n  <<: {a: 1, b: 2}\n  a: 3\n")
-    assert read_config(ConfigLocation(path, explicit=True)) == {"megatron_lm_config": {"a": 3, "b": 2}}
+    path.write_text(
+        "megatron_lm_config:\n  <<: {megatron_lm_tp_degree: 1, megatron_lm_pp_degree: 2}\n"
+        "  megatron_lm_tp_degree: 3\n"
+    )
+    assert read_config(ConfigLocation(path, explicit=True)) == {
+        "megatron_lm_config": {"megatron_lm_tp_degree": 3, "megatron_lm_pp_degree": 2}
+    }
 
 
 # --log_dir that cannot hold logs -----------------------------------------------------------------

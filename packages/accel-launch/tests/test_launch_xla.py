@@ -83,6 +83,7 @@ def test_xla_flag_runs_the_worker_with_the_replica_count_and_the_xla_env(
     flag, script, xla_installed, xla_launched, launched, monkeypatch
 ):
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setenv("CPU_NUM_DEVICES", "2")  # the script staggers its replicas (see below)
     argv, env = _launch([flag, "--num_processes", "2", script, "--lr", "0.1"], xla_launched)
     assert argv[:4] == [sys.executable, "-u", "-m", "accel_launch._xla_worker"]
     assert argv[4] == str(os.getpid())
@@ -248,3 +249,54 @@ def test_notebook_launcher_with_cpu_true_is_not_an_xla_run(fake_xla_backend, mon
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     assert notebook_launcher(os.getpid, num_processes=1, cpu=True) == [os.getpid()]
     assert fake_xla_backend.calls == []
+
+
+# Several replicas on XLA's CPU device ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pjrt", ["CPU", None])  # None: no TPU here, so XLA's CPU device
+def test_two_replicas_on_the_cpu_device_are_refused_up_front_with_the_reason(
+    pjrt, script, xla_installed, xla_launched, launched, monkeypatch
+):
+    if pjrt is not None:
+        monkeypatch.setenv("PJRT_DEVICE", pjrt)
+    line = _refused(["--xla", "--num_processes", "2", script], xla_launched)
+    assert line.startswith(
+        "Error: --num_processes 2 cannot run on XLA's CPU device: its replicas are threads"
+    )
+    assert "rendezvous times out" in line and "pytorch/xla#9089" in line
+    assert "accel launch --xla without --num_processes" in line and "CPU_NUM_DEVICES=2" in line
+    assert launched == []
+
+
+def test_replicas_from_the_config_file_on_the_cpu_device_are_refused_too(
+    tmp_path, script, xla_installed, xla_launched
+):
+    config = tmp_path / "config.yaml"
+    config.write_text("distributed_type: XLA\nnum_processes: 2\n")
+    line = _refused(["--config_file", str(config), script], xla_launched)
+    assert "cannot run on XLA's CPU device" in line
+
+
+def test_cpu_num_devices_set_to_another_count_is_refused_naming_both(
+    script, xla_installed, xla_launched, monkeypatch
+):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    line = _refused(["--xla", "--num_processes", "2", script], xla_launched)
+    assert line == (
+        "Error: --num_processes is 2 but CPU_NUM_DEVICES is 4: on XLA's CPU device they are the same "
+        "replica count; set one of them"
+    )
+
+
+def test_one_replica_on_the_cpu_device_and_several_on_a_tpu_still_run(
+    script, xla_installed, xla_launched, monkeypatch
+):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    argv, _ = _launch(["--xla", script], xla_launched)
+    assert argv[5:] == ["1", script]
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    xla_launched.clear()
+    argv, env = _launch(["--xla", "--num_processes", "4", script], xla_launched)
+    assert argv[5:] == ["4", script] and "CPU_NUM_DEVICES" not in env

@@ -72,6 +72,8 @@ def _launch(tmp_path: Path, num_processes: int, timeout: int) -> dict[int, dict]
     env = {k: v for k, v in os.environ.items() if k not in ("CPU_NUM_DEVICES", "ACCEL_DISTRIBUTED_TYPE")}
     # The launcher sets what an XLA job needs; debug mode's extra exchanges would add new graphs.
     env.update(PJRT_DEVICE="CPU", OMP_NUM_THREADS="1", ACCEL_DEBUG_MODE="0", STAGGER="1.0")
+    if num_processes > 1:  # the script staggers its replicas, which the launcher asks to be told
+        env["CPU_NUM_DEVICES"] = str(num_processes)
     command = [
         sys.executable, "-m", "accel_launch.cli", "launch", "--xla",
         "--num_processes", str(num_processes), str(script), "--flag", "x",

@@ -30,6 +30,12 @@ _CONTEXT = {"help_option_names": ["-h", "--help"]}
 # Everything from the script on belongs to the script: stop parsing our flags at the first positional.
 _LAUNCH_CONTEXT = {**_CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False}
 DIAGNOSTICS_MODULE = "accel.diagnostics"
+# `accel config` asks questions; without a terminal (and with no answers piped in) it cannot.
+NO_TERMINAL_MESSAGE = (
+    "accel config asks questions, but stdin is not a terminal and has no answers: run "
+    "`accel config default [--config_file FILE]` to write a config without questions, or write the "
+    "YAML yourself and pass it to `accel launch --config_file FILE`"
+)
 
 
 class ConfigProblem(click.ClickException):
@@ -44,7 +50,7 @@ class ConfigProblem(click.ClickException):
 def _fail(error: ConfigError | LaunchOptionsError) -> click.ClickException:
     # A problem with a flag reads like click's own flag errors; one in a file or env var names that.
     message = str(error)
-    if isinstance(error, LaunchOptionsError) or message.startswith("--"):
+    if message.startswith("--"):
         return click.UsageError(message)
     return ConfigProblem(message)
 
@@ -289,12 +295,52 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
         # What the ranks would choke on, or the machine could not start, is refused before anything starts.
         check_accel_env(os.environ)
         check_accel_env(options.env, where="--env")
+        _warn_unknown_variables(options.env)
         if config.uses_xla:
             check_xla_options(options)
-        check_process_count(options.num_processes)
+        else:
+            _check_port_free(options, config.where("main_process_port"))
+        check_process_count(options.num_processes, where=config.where("num_processes"))
     except (ConfigError, LaunchOptionsError) as error:
         raise _fail(error) from None
     return options
+
+
+def _check_port_free(options: LaunchOptions, where: str) -> None:
+    """Raise ConfigError when the rendezvous port asked for is taken here, before any rank starts.
+
+    Only the machine that hosts the rendezvous store (machine 0, or this one alone) listens on it.
+    """
+    from accel_launch.ports import LOCALHOST, bind_error, is_loopback
+
+    port = options.main_process_port
+    if port is None or options.machine_rank != 0:
+        return
+    if options.is_multi_machine:
+        host = ""  # the store listens on every interface
+    else:
+        given = options.main_process_ip
+        host = given if given and is_loopback(given) else LOCALHOST
+    error = bind_error(host, port)
+    if error is not None:
+        flag = "" if where.startswith("--") else " (or override it with --main_process_port)"
+        raise ConfigError(
+            f"{where} is {port}, but the rendezvous cannot listen on that port of {host or 'this machine'} "
+            f"({error.strerror or error}): choose a free one{flag}, or leave it unset on one machine "
+            "for a free port"
+        )
+
+
+def _warn_unknown_variables(env_pairs: dict[str, str]) -> None:
+    """Warn, once for the whole job, of ACCEL_* variables accel does not read (the ranks stay quiet)."""
+    import os
+
+    from accel_state import env_vars
+
+    lines = env_vars.unknown_variable_messages(os.environ)
+    lines += env_vars.unknown_variable_messages(env_pairs, where="--env")
+    for line in lines:
+        click.echo(f"accel: warning: {line}", err=True)
 
 
 def _run(options: LaunchOptions, script: str, script_args: tuple[str, ...] | list[str]) -> int:
@@ -321,7 +367,13 @@ def config(ctx: click.Context, config_file: str | None) -> None:
     from accel_launch.effective_config import resolve_config
     from accel_launch.questionnaire import ask_config
 
-    answers = ask_config()
+    try:
+        answers = ask_config()
+    except click.Abort:
+        if sys.stdin.isatty():
+            raise  # Ctrl-C or Ctrl-D at a prompt: the user stopped on purpose
+        click.echo()  # end the unanswered prompt's line
+        raise ConfigProblem(NO_TERMINAL_MESSAGE) from None
     path = locate_config(config_file).path
     try:
         resolve_config(answers, {}, path=path, environ={})

@@ -119,6 +119,7 @@ _KEYS = (
     ConfigKey("mpirun_config", "dict", None, "mpirun section (not supported)."),
     ConfigKey("fp8_config", "dict", None, "FP8 section (later issue)."),
     ConfigKey("parallelism_config", "dict", None, "Parallelism section (later issue)."),
+    ConfigKey("tp_config", "dict", None, "Tensor-parallel section (not supported)."),
 )
 KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
 
@@ -227,6 +228,65 @@ _FSDP_KEYS = (
 FSDP_KEYS: dict[str, ConfigKey] = {key.name: key for key in _FSDP_KEYS}
 # The sections of a file whose keys are typed; the other mappings are passed over unchecked.
 SECTIONS: dict[str, dict[str, ConfigKey]] = {DEEPSPEED_SECTION: DEEPSPEED_KEYS, FSDP_SECTION: FSDP_KEYS}
+# The keys Accelerate writes in the sections accel reads little or nothing of (dynamo_config
+# gives dynamo_backend only), and those of the typed sections accel passes over: known, so that a
+# misspelt key is refused with the closest name, while their values are left as they are.
+PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "dynamo_config": (
+        "dynamo_backend",
+        "dynamo_mode",
+        "dynamo_use_fullgraph",
+        "dynamo_use_dynamic",
+        "dynamo_use_regional_compilation",
+    ),
+    "megatron_lm_config": tuple(
+        f"megatron_lm_{name}"
+        for name in (
+            "tp_degree",
+            "pp_degree",
+            "num_micro_batches",
+            "sequence_parallelism",
+            "recompute_activations",
+            "use_distributed_optimizer",
+            "gradient_clipping",
+        )
+    ),
+    "ipex_config": ("ipex", "use_xpu"),
+    "mpirun_config": ("mpirun_hostfile", "mpirun_ccl"),
+    # `accelerate config` writes the long names, `accelerate launch --fp8_*` the short ones.
+    "fp8_config": (
+        "backend",
+        "use_autocast_during_eval",
+        "margin",
+        "interval",
+        "fp8_format",
+        "amax_history_length",
+        "amax_history_len",
+        "amax_compute_algorithm",
+        "amax_compute_algo",
+        "override_linear_precision",
+        "optimization_level",
+        "opt_level",
+    ),
+    "parallelism_config": tuple(
+        f"parallelism_config_{name}"
+        for name in (
+            "dp_replicate_size",
+            "dp_shard_size",
+            "tp_size",
+            "cp_size",
+            "cp_comm_strategy",
+            "cp_backend",
+            "sp_size",
+            "sp_backend",
+            "sp_seq_length_is_variable",
+            "sp_attn_implementation",
+        )
+    ),
+    "tp_config": ("tp_size",),
+    # Used by DeepSpeed's own multi-machine launchers, which accel refuses (deepspeed_multinode_launcher).
+    DEEPSPEED_SECTION: ("deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter"),
+}
 # Section keys that are settings under their own name (flag, env var, `config show`), and the
 # section each comes from. A section key named like a top-level key (gradient_accumulation_steps)
 # is not: it is the top-level key's fallback.
@@ -254,7 +314,9 @@ def unknown_key_message(name: str, section: str | None = None) -> str:
 
     In a section the key is named `section.x` and suggestions come from that section's keys.
     """
-    known = list(SECTIONS[section]) if section is not None else list(KEYS)
+    known = (
+        list(KEYS) if section is None else [*SECTIONS.get(section, {}), *PASSED_SECTION_KEYS.get(section, ())]
+    )
     close = difflib.get_close_matches(name, known, n=1)
     prefix = f"{section}." if section is not None else ""
     hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
@@ -330,14 +392,21 @@ def check_file_values(data: Any, where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: key '{name}' {error}") from None
         if name in SECTIONS and values[name] is not None:
             values[name] = check_section_values(name, values[name], where)
+        elif name in PASSED_SECTION_KEYS and values[name] is not None:
+            for key in values[name]:
+                if not isinstance(key, str) or key not in PASSED_SECTION_KEYS[name]:
+                    raise ConfigError(f"{where}: {unknown_key_message(str(key), name)}")
     return values
 
 
 def check_section_values(section: str, data: Mapping[Any, Any], where: str) -> dict[str, Any]:
     """Return the checked keys of a typed section; raise ConfigError naming `where` and `section.key`."""
     keys = SECTIONS[section]
+    passed = PASSED_SECTION_KEYS.get(section, ())
     values: dict[str, Any] = {}
     for name, value in data.items():
+        if isinstance(name, str) and name in passed:
+            continue
         if not isinstance(name, str) or name not in keys:
             raise ConfigError(f"{where}: {unknown_key_message(str(name), section)}")
         try:

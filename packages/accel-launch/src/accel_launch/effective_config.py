@@ -45,6 +45,8 @@ class EffectiveConfig:
     sources: dict[str, str]
     path: Path | None = None
     env_names: dict[str, str] = field(default_factory=dict)
+    # Settings dropped because a stronger source contradicted them: name -> what gave way to what.
+    overridden: dict[str, str] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -166,6 +168,7 @@ def resolve_config(
     config = EffectiveConfig(values, sources, path, env_names)
     if config.uses_deepspeed:
         _take_section_gradient_accumulation(config)
+    _let_stronger_values_win(config)
     check_combinations(config)
     return config
 
@@ -268,6 +271,47 @@ def check_combinations(config: EffectiveConfig) -> None:
         )
     if distributed_type == DEEPSPEED:
         _check_multinode_launcher(config)
+
+
+# How strongly each source binds: a value set more strongly wins over one it contradicts.
+_RANK = {DEFAULT: 0, FILE: 1, ENV: 2, FLAG: 3}
+# The distributed types that only say "several processes on this kind of device": a count or
+# --cpu given more strongly than them picks the type again, as if they had not been set.
+_COUNT_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")
+
+
+def _let_stronger_values_win(config: EffectiveConfig) -> None:
+    """Settle a distributed type that contradicts a count or use_cpu set more strongly.
+
+    A flag beats the file (Accelerate: `--num_processes 2` with a file's `distributed_type: NO`
+    runs two processes): the file's type is dropped and inferred again from the counts, as with
+    no type set. A type set more strongly than the count keeps the count it implies (NO: one
+    process). Values set equally strongly (two flags, or one file) that contradict each other
+    are left for check_combinations to refuse.
+    """
+    values, sources = config.values, config.sources
+    kind = config.given("distributed_type")
+    if kind not in _COUNT_TYPES:
+        return
+    type_rank = _RANK[sources["distributed_type"]]
+    culprits = ["num_processes", "num_machines"] if kind == "NO" else []
+    if kind == "MULTI_GPU":
+        culprits.append("use_cpu")
+    for name in culprits:
+        contradicts = values[name] is True or (not isinstance(values[name], bool) and values[name] > 1)
+        if not contradicts or _RANK[sources[name]] == type_rank:
+            continue
+        if _RANK[sources[name]] > type_rank:
+            loser, winner = "distributed_type", name
+        else:
+            loser, winner = name, "distributed_type"
+        config.overridden[loser] = (
+            f"{config.where(loser)} {values[loser]} gave way to {config.where(winner)} {values[winner]}"
+        )
+        if loser == "distributed_type":
+            values[loser], sources[loser] = None, DEFAULT
+            return
+        values[loser], sources[loser] = (False if loser == "use_cpu" else 1), DEFAULT
 
 
 def _check_deepspeed_flags_need_deepspeed(config: EffectiveConfig) -> None:

@@ -53,6 +53,9 @@ def config_lines(config: EffectiveConfig) -> list[str]:
     width = max(len(name) for name in config.values)
     lines = []
     for name, value in config.values.items():
+        if name in config.overridden:
+            lines.append(f"{name + ':':<{width + 1}} {value!r:<16} ({config.overridden[name]})")
+            continue
         if value is None and config.sources[name] == "default":
             continue
         if name in SECTIONS:

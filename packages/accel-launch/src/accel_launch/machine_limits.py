@@ -35,10 +35,17 @@ def machine_limits() -> MachineLimits:
     return MachineLimits(_user_process_limit(), _pid_max(), _physical_memory())
 
 
-def check_process_count(num_processes: int, limits: MachineLimits | None = None) -> None:
-    """Raise LaunchOptionsError when a machine with `limits` (default: this one) cannot run that many."""
+def check_process_count(
+    num_processes: int, limits: MachineLimits | None = None, *, where: str = "--num_processes"
+) -> None:
+    """Raise LaunchOptionsError when a machine with `limits` (default: this one) cannot run that many.
+
+    `where` names where the count was set (the flag, or the config file's key).
+    """
     limits = machine_limits() if limits is None else limits
-    too_many = f"--num_processes {num_processes} is more than this machine can run"
+    too_many = f"{where} {num_processes} is more than this machine can run"
+    if not where.startswith("--"):
+        too_many = f"{where} is {num_processes}, more than this machine can run"
     # The launcher (the elastic agent) is a process of the same user too.
     if limits.user_processes is not None and num_processes + 1 > limits.user_processes:
         raise LaunchOptionsError(

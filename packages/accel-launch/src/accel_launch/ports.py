@@ -48,3 +48,24 @@ def loopback_interface() -> str | None:
         if name in names:
             return name
     return None
+
+
+def bind_error(host: str, port: int) -> OSError | None:
+    """Return why a server could not listen on `host:port` now (None when it could); "" is every interface.
+
+    Bound with SO_REUSEADDR, as torch's store binds: a port left in TIME_WAIT by an earlier job
+    is free, one a live process listens on is not.
+    """
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as error:
+        return error
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+            sock.listen(1)
+        except OSError as error:
+            return error
+    return None

@@ -28,7 +28,6 @@ INSTALL_HINT = "XLA jobs need accel-xla and torch_xla: pip install 'accel[xla]'"
 REQUIRED_MODULES = ("accel_xla", "torch_xla")
 # The program every XLA job starts (see its docstring).
 WORKER_MODULE = "accel_launch._xla_worker"
-# PyTorch/XLA's own: how many replicas its CPU device runs (threads of one process).
 
 
 @dataclass(frozen=True)
@@ -45,8 +44,16 @@ def check_xla_installed() -> None:
         raise ConfigError(INSTALL_HINT)
 
 
-def check_xla_options(options: LaunchOptions) -> None:
+def check_xla_options(
+    options: LaunchOptions,
+    environ: Mapping[str, str] | None = None,
+    *,
+    tpu: Callable[[], bool] = lambda: tpu_present(),
+) -> None:
     """Raise LaunchOptionsError naming the first option an XLA job cannot honour."""
+    environ = {**(os.environ if environ is None else environ), **options.env}
+    if options.num_processes > 1 and _is_cpu_device(xla_device(environ, tpu=tpu)):
+        _check_cpu_replicas(options.num_processes, environ)
     if options.num_machines > 1:
         raise LaunchOptionsError(
             f"--num_machines is {options.num_machines}, but accel launch runs XLA jobs on one machine "
@@ -61,6 +68,41 @@ def check_xla_options(options: LaunchOptions) -> None:
             )
 
 
+def _is_cpu_device(device: str) -> bool:
+    return device.upper().startswith("CPU")
+
+
+def _check_cpu_replicas(num_processes: int, environ: Mapping[str, str]) -> None:
+    """Refuse several replicas on XLA's CPU device unless the user set CPU_NUM_DEVICES to that count.
+
+    There the replicas are threads of one process, and threads that compile the same new
+    collective graph at the same moment wait for each other until XLA's rendezvous times out
+    (pytorch/xla#9089, #5005): an ordinary script fails on every replica. A script that staggers
+    its replicas before each new graph (as accel-xla's tests do) runs; setting CPU_NUM_DEVICES
+    to the replica count says the script is one of those.
+    """
+    asked = environ.get(env_vars.CPU_NUM_DEVICES, "").strip()
+    if asked == str(num_processes):
+        return
+    if asked:
+        raise LaunchOptionsError(
+            f"--num_processes is {num_processes} but {env_vars.CPU_NUM_DEVICES} is {asked}: on XLA's CPU "
+            "device they are the same replica count; set one of them"
+        )
+    raise LaunchOptionsError(
+        f"--num_processes {num_processes} cannot run on XLA's CPU device: its replicas are threads of "
+        "one process, which wait for each other until XLA's rendezvous times out when they compile the "
+        "same collective graph at once (pytorch/xla#9089); run one replica (accel launch --xla without "
+        f"--num_processes), or on a TPU; a script that staggers its replicas may set "
+        f"{env_vars.CPU_NUM_DEVICES}={num_processes} to run anyway"
+    )
+
+
+def xla_device(environ: Mapping[str, str], *, tpu: Callable[[], bool] = tpu_present) -> str:
+    """Return the XLA device a job runs on: `PJRT_DEVICE` as set, else TPU on a TPU machine, else CPU."""
+    return environ.get(env_vars.PJRT_DEVICE, "").strip() or ("TPU" if tpu() else "CPU")
+
+
 def xla_env(
     num_processes: int, environ: Mapping[str, str], *, tpu: Callable[[], bool] = tpu_present
 ) -> dict[str, str]:
@@ -70,9 +112,9 @@ def xla_env(
     default there, chosen here without its warning). On the CPU device `CPU_NUM_DEVICES` is the
     replica count; a TPU host runs one replica per chip when `num_processes` is above 1.
     """
-    device = environ.get(env_vars.PJRT_DEVICE, "").strip() or ("TPU" if tpu() else "CPU")
+    device = xla_device(environ, tpu=tpu)
     env = {env_vars.DISTRIBUTED_TYPE: XLA, env_vars.PJRT_DEVICE: device}
-    if device.upper().startswith("CPU"):
+    if _is_cpu_device(device):
         env[env_vars.CPU_NUM_DEVICES] = str(num_processes)
     return env
 

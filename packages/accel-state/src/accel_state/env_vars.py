@@ -7,7 +7,10 @@ coupling visible. This module imports nothing heavy, so the CLI can use it witho
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
+import sys
+import warnings
 from collections.abc import Iterator, Mapping
 
 # Options the launcher passes to the training script.
@@ -71,12 +74,62 @@ MASTER_PORT = "MASTER_PORT"
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # how many times the worker group was restarted
 USE_AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"  # "True" when the agent hosts the TCPStore
 
+# Every ACCEL_* variable of accel, whichever package reads it: the adapters (accel_deepspeed,
+# accel_xla) name theirs here too, so that one not listed is a mistake (a test keeps it so).
+KNOWN_ACCEL_VARIABLES: frozenset[str] = frozenset(
+    value
+    for name, value in dict(globals()).items()
+    if name.isupper() and isinstance(value, str) and value.startswith("ACCEL_")
+)
+
 _TRUE_WORDS = {"1", "true", "yes", "on"}
 _FALSE_WORDS = {"0", "false", "no", "off", ""}
 
 
 class EnvVarError(ValueError):
     """An environment variable holds a value the library cannot use."""
+
+
+class UnknownEnvVarWarning(UserWarning):
+    """An ACCEL_* environment variable is set that accel does not read (a misspelt name?)."""
+
+
+def unknown_variable_messages(environ: Mapping[str, str], where: str = "environment variable") -> list[str]:
+    """Return one line per ACCEL_* name of `environ` that accel does not know, with the closest known name."""
+    messages = []
+    for name in sorted(environ):
+        if not name.startswith("ACCEL_") or name in KNOWN_ACCEL_VARIABLES:
+            continue
+        close = difflib.get_close_matches(name, sorted(KNOWN_ACCEL_VARIABLES), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        messages.append(f"{where} {name} is not one accel reads; it is ignored{hint}")
+    return messages
+
+
+_warned_unknown = False
+
+
+def warn_unknown_variables() -> None:
+    """Warn (UnknownEnvVarWarning) once per process about ACCEL_* variables accel does not know.
+
+    Silent in a job of `accel launch`, which warned before starting the ranks, and on ranks other
+    than 0 of another launcher, so that a job warns once, not once per rank.
+    """
+    global _warned_unknown
+    if _warned_unknown:
+        return
+    _warned_unknown = True
+    if os.environ.get(LAUNCHED) or os.environ.get(RANK, "0").strip() not in ("", "0"):
+        return
+    messages = unknown_variable_messages(os.environ)
+    if not messages:
+        return
+    # Point at the script's line that built the state, not at accel's own frames.
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).startswith("accel"):
+        frame, level = frame.f_back, level + 1
+    for message in messages:
+        warnings.warn(message, UnknownEnvVarWarning, stacklevel=level)
 
 
 def read_flag(name: str, default: bool = False) -> bool:
@@ -92,15 +145,21 @@ def read_flag(name: str, default: bool = False) -> bool:
     raise EnvVarError(f"environment variable {name}={raw!r} is not a boolean (use 1/0, true/false)")
 
 
-def read_int(name: str, default: int | None = None) -> int | None:
-    """Return the integer value of env var `name`, or `default` when it is unset."""
+def read_int(name: str, default: int | None = None, *, minimum: int | None = None) -> int | None:
+    """Return the integer value of env var `name`, or `default` when it is unset.
+
+    A value below `minimum` is an error naming the variable, as a value that is not an integer is.
+    """
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
         raise EnvVarError(f"environment variable {name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise EnvVarError(f"environment variable {name}={raw!r} must be at least {minimum}")
+    return value
 
 
 def read_float(name: str, default: float | None = None) -> float | None:

@@ -79,7 +79,8 @@ class PartialState:
         self.__dict__ = self._shared_state
         if self.initialized:
             return
-        cpu = cpu or bool(env_vars.read_flag(env_vars.USE_CPU))
+        env_vars.warn_unknown_variables()
+        cpu = bool(env_vars.read_flag(env_vars.USE_CPU)) or cpu  # read first: a bad value is named
         requested = resolve_distributed_type(distributed_type, cpu=cpu)
         factory = backend_factory(requested)
         if factory.per_thread_state and not per_thread_state():
@@ -89,7 +90,8 @@ class PartialState:
         debug = bool(env_vars.read_flag(env_vars.DEBUG_MODE))
         # On unless set to a false word; empty means unset, as the launcher's check reads it.
         unset = env_vars.read_str(env_vars.CHECK_COLLECTIVES) is None
-        check_collectives = debug or unset or env_vars.read_flag(env_vars.CHECK_COLLECTIVES)
+        asked = env_vars.read_flag(env_vars.CHECK_COLLECTIVES, default=True)  # read: a bad value is named
+        check_collectives = debug or unset or asked
         resolved_timeout = resolve_timeout(timeout)
         group = ProcessGroupOptions(backend=backend, init_method=init_method)
         # Passed only when asked for, so factories written before the option keep working.

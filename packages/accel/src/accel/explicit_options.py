@@ -41,5 +41,6 @@ def explicit_options(
     else:
         option = _from_launcher(env_vars.GRADIENT_ACCUMULATION_STEPS, "--gradient_accumulation_steps")
         if option is not None:
-            found["gradient_accumulation_steps"] = ExplicitOption(int(option.value), option.source)
+            steps = env_vars.read_int(env_vars.GRADIENT_ACCUMULATION_STEPS, minimum=1)
+            found["gradient_accumulation_steps"] = ExplicitOption(steps, option.source)
     return found

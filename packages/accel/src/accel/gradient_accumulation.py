@@ -9,7 +9,9 @@ from accel_state import GradientAccumulationPlugin, env_vars
 
 def resolve_accumulation_steps(requested: int | None) -> int:
     """Return the accumulation steps: the argument, else ACCEL_GRADIENT_ACCUMULATION_STEPS, else 1."""
-    steps = requested if requested is not None else env_vars.read_int(env_vars.GRADIENT_ACCUMULATION_STEPS, 1)
+    if requested is None:
+        return env_vars.read_int(env_vars.GRADIENT_ACCUMULATION_STEPS, 1, minimum=1) or 1
+    steps = requested
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"gradient_accumulation_steps must be a positive integer, got {steps!r}")
     return steps
