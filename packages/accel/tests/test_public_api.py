@@ -27,6 +27,7 @@ def test_all_lists_the_public_names():
 ERRORS_AND_HOMES = {
     "CollectiveTimeoutError": "accel_state",
     "CollectiveShapeError": "accel_state",
+    "RankLeftError": "accel_state",
     "DistributedOperationException": "accel_state",
     "BackendNotAvailableError": "accel_state",
     "EnvVarError": "accel_state",

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         LaunchEnvironmentError,
         MixedPrecisionError,
         PartialState,
+        RankLeftError,
         find_executable_batch_size,
         set_seed,
     )
@@ -84,6 +85,7 @@ _LAZY = {
     "PartialState": "accel_state",
     "ProfileKwargs": "accel.kwargs_handlers",
     "ProjectConfiguration": "accel.project_config",
+    "RankLeftError": "accel_state",
     "ShardingError": "accel_data",
     "TrackerError": "accel.tracking",
     "TrackerNotInstalledError": "accel.tracking",
@@ -129,6 +131,7 @@ __all__ = [
     "PartialState",
     "ProfileKwargs",
     "ProjectConfiguration",
+    "RankLeftError",
     "ShardingError",
     "TrackerError",
     "TrackerNotInstalledError",
