@@ -13,7 +13,11 @@ import torch
 from accel_state import availability
 
 PROBES = sorted(
-    name for name, value in vars(availability).items() if name.startswith("is_") and inspect.isfunction(value)
+    name
+    for name, value in vars(availability).items()
+    if name.startswith("is_")
+    and inspect.isfunction(value)
+    and all(p.default is not p.empty for p in inspect.signature(value).parameters.values())
 )
 
 
@@ -67,3 +71,28 @@ def test_probing_imports_none_of_the_probed_packages():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_backend_and_device_probes_answer_what_torch_says():
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    assert availability.is_rocm_available() == (torch.version.hip is not None and torch.cuda.is_available())
+    assert availability.is_mpi_available() == dist.is_mpi_available()
+    xccl = getattr(distributed_c10d, "is_xccl_available", None)
+    assert availability.is_xccl_available() == bool(xccl is not None and xccl())
+    if importlib.util.find_spec("habana_frameworks") is None:
+        assert availability.is_habana_gaudi1() is False
+    if not torch.cuda.is_available():
+        assert availability.check_cuda_fp8_capability() is False
+
+
+def test_version_helpers_compare_torch_and_installed_distributions():
+    release = torch.__version__.split("+")[0]
+    assert availability.is_torch_version("==", release)
+    assert availability.is_torch_version(">=", "2.4") and not availability.is_torch_version("<", "2.4")
+    assert availability.is_weights_only_available() is True  # accel needs torch >= 2.4
+    assert availability.compare_versions("torch", ">=", "2.4")
+    assert availability.compare_versions("1.2.3", "<", "1.10")
+    with pytest.raises(ValueError, match="operation must be one of"):
+        availability.compare_versions("1.0", "=>", "1.0")

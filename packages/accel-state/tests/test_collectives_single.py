@@ -91,3 +91,13 @@ def test_reduce_rejects_non_tensor_leaves():
 def test_pad_across_processes_is_the_identity():
     data = [torch.ones(2, 3), torch.zeros(4)]
     assert pad_across_processes(data, dim=1, pad_index=-1, pad_first=True) is data
+
+
+def test_a_lost_peer_is_recognised_and_no_rank_left_without_a_group():
+    from accel_state import rank_exit
+
+    gloo = RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:20667. This is typically ...")
+    assert rank_exit.is_lost_peer(gloo)
+    assert not rank_exit.is_lost_peer(RuntimeError("shape mismatch"))
+    assert rank_exit.ranks_that_left() == {}  # no process group: nothing to look up, nothing raised
+    rank_exit.mark_exit()  # and nothing to mark

@@ -87,7 +87,10 @@ def test_fsdp_version_1_is_refused_saying_so(monkeypatch):
         ({"state_dict_type": "LOCAL_STATE_DICT"}, "'LOCAL_STATE_DICT' is not a state dict type FSDP2 saves"),
         ({"reshard_after_forward": "sometimes"}, "reshard_after_forward=...): 'sometimes' is not a boolean"),
         ({"min_num_params": "many"}, "min_num_params=...): 'many' is not an integer"),
-        ({"mixed_precision_policy": "bf16"}, "'bf16' is not a torch.distributed.fsdp.MixedPrecisionPolicy"),
+        (
+            {"mixed_precision_policy": "bf16"},
+            "'bf16' is neither a torch.distributed.fsdp.MixedPrecisionPolicy, FSDP1's MixedPrecision",
+        ),
     ],
 )
 def test_a_bad_value_is_one_error_naming_the_field_and_value(kwargs, message):
@@ -142,3 +145,137 @@ def test_a_class_name_the_model_lacks_is_refused():
     plugin = FullyShardedDataParallelPlugin(transformer_cls_names_to_wrap=["Block", "Missing"])
     with pytest.raises(FsdpConfigError, match="Missing is not the class of any submodule of Net"):
         modules_to_shard(Net(), plugin)
+
+
+# Accelerate's FSDP1-era arguments ---------------------------------------------------------------
+def test_accelerates_peak_memory_example_plugin_is_a_full_state_dict_gathered_everywhere():
+    from torch.distributed.fsdp.fully_sharded_data_parallel import (
+        FullOptimStateDictConfig,
+        FullStateDictConfig,
+    )
+
+    plugin = FullyShardedDataParallelPlugin(
+        state_dict_config=FullStateDictConfig(offload_to_cpu=False, rank0_only=False),
+        optim_state_dict_config=FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=False),
+    )
+    assert plugin.state_dict_type == "FULL_STATE_DICT"
+    assert (plugin.state_dict_offload_to_cpu, plugin.state_dict_rank0_only) == (False, False)
+    assert (plugin.optim_state_dict_offload_to_cpu, plugin.optim_state_dict_rank0_only) == (False, False)
+    default = FullyShardedDataParallelPlugin(state_dict_type="FULL_STATE_DICT")
+    assert (default.state_dict_offload_to_cpu, default.state_dict_rank0_only) == (True, True)
+
+
+def test_a_sharded_config_picks_sharded_checkpoints_and_beats_the_launchers_type(monkeypatch):
+    from torch.distributed.fsdp import FullStateDictConfig, ShardedStateDictConfig
+
+    monkeypatch.setenv("ACCEL_FSDP_STATE_DICT_TYPE", "FULL_STATE_DICT")
+    plugin = FullyShardedDataParallelPlugin(state_dict_config=ShardedStateDictConfig(offload_to_cpu=True))
+    assert plugin.state_dict_type == "SHARDED_STATE_DICT"
+    with pytest.raises(FsdpConfigError, match="state_dict_type=SHARDED_STATE_DICT but state_dict_config is "):
+        FullyShardedDataParallelPlugin(
+            state_dict_type="SHARDED_STATE_DICT", state_dict_config=FullStateDictConfig()
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"state_dict_config": "full"},
+            "state_dict_config=...): str is not one of torch's FullStateDictConfig",
+        ),
+        (
+            {"sharding_strategy": "HALF_SHARD"},
+            "'HALF_SHARD' is not a sharding strategy; choose one of FULL_SHARD",
+        ),
+        ({"sharding_strategy": 9}, "9 is not a sharding strategy"),
+        ({"backward_prefetch": "SOMETIMES"}, "'SOMETIMES' is not a backward prefetch"),
+        ({"use_orig_params": "maybe"}, "use_orig_params=...): 'maybe' is not a boolean"),
+        ({"ignored_modules": [3]}, "ignored_modules=...): [3] holds something that is not a torch module"),
+        ({"mixed_precision_policy": {"param_dtype": "int3"}}, "names a dtype 'int3'"),
+        (
+            {"sharding_strategy": "FULL_SHARD", "reshard_after_forward": False},
+            "sharding_strategy=FULL_SHARD means reshard_after_forward=True, but reshard_after_forward=False",
+        ),
+    ],
+)
+def test_a_bad_fsdp1_argument_is_one_line_naming_it(kwargs, message):
+    with pytest.raises(FsdpConfigError) as caught:
+        FullyShardedDataParallelPlugin(**kwargs)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_local_state_dicts_and_mixed_full_and_sharded_configs_are_refused():
+    from torch.distributed.fsdp import (
+        FullOptimStateDictConfig,
+        LocalStateDictConfig,
+        ShardedStateDictConfig,
+    )
+
+    with pytest.raises(FsdpConfigError, match="LocalStateDictConfig is FSDP1's LOCAL_STATE_DICT"):
+        FullyShardedDataParallelPlugin(state_dict_config=LocalStateDictConfig())
+    with pytest.raises(FsdpConfigError, match="both must be Full or both Sharded"):
+        FullyShardedDataParallelPlugin(
+            state_dict_config=ShardedStateDictConfig(), optim_state_dict_config=FullOptimStateDictConfig()
+        )
+
+
+def test_sharding_strategies_become_reshard_after_forward_and_a_mesh_kind():
+    from torch.distributed.fsdp import ShardingStrategy
+
+    cases = {
+        "FULL_SHARD": ("FULL_SHARD", True),
+        ShardingStrategy.SHARD_GRAD_OP: ("SHARD_GRAD_OP", False),
+        3: ("NO_SHARD", False),
+        "hybrid_shard": ("HYBRID_SHARD", True),
+        ShardingStrategy._HYBRID_SHARD_ZERO2: ("HYBRID_SHARD_ZERO2", False),
+    }
+    for given, expected in cases.items():
+        plugin = FullyShardedDataParallelPlugin(sharding_strategy=given)
+        assert (plugin.sharding_strategy, plugin.reshard_after_forward) == expected, given
+    # Accelerate's FSDP1 plugin also took the strategy in reshard_after_forward.
+    old_style = FullyShardedDataParallelPlugin(reshard_after_forward="SHARD_GRAD_OP")
+    assert (old_style.sharding_strategy, old_style.reshard_after_forward) == ("SHARD_GRAD_OP", False)
+
+
+def test_fsdp1_flags_that_fsdp2_already_honours_are_accepted_and_checked():
+    from torch.distributed.fsdp import BackwardPrefetch
+
+    plugin = FullyShardedDataParallelPlugin(
+        backward_prefetch=BackwardPrefetch.BACKWARD_POST,
+        forward_prefetch="true",
+        limit_all_gathers=True,
+        use_orig_params=False,
+        sync_module_states=True,
+        param_init_fn=lambda module: module.to_empty(device="cpu", recurse=False),
+        cpu_ram_efficient_loading=True,
+    )
+    assert plugin.backward_prefetch == "BACKWARD_POST"
+    assert plugin.forward_prefetch is True and plugin.use_orig_params is False
+
+
+def test_fsdp1_mixed_precision_becomes_an_fsdp2_policy_saying_what_it_drops():
+    from torch.distributed.fsdp import MixedPrecision, MixedPrecisionPolicy
+
+    with pytest.warns(UserWarning, match=r"FSDP2 ignores buffer_dtype=torch.bfloat16"):
+        plugin = FullyShardedDataParallelPlugin(
+            mixed_precision_policy=MixedPrecision(
+                param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.bfloat16
+            )
+        )
+    policy = plugin.mixed_precision_policy
+    assert isinstance(policy, MixedPrecisionPolicy)
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    from_dict = FullyShardedDataParallelPlugin(mixed_precision_policy={"param_dtype": "bf16"})
+    assert from_dict.mixed_precision_policy.param_dtype is torch.bfloat16
+
+
+def test_ignored_modules_name_modules_or_match_their_names():
+    from accel_state.fsdp1_options import ignored_parameters
+
+    model = Net()
+    by_regex = ignored_parameters(model, r"blocks\.\d")
+    assert by_regex == set(model.blocks.parameters())
+    assert ignored_parameters(model, [model.head]) == set(model.head.parameters())
+    assert ignored_parameters(model, None) == set()

@@ -77,3 +77,16 @@ def test_release_memory_returns_one_none_per_object():
     model, tensor = release_memory(model, tensor)
     assert model is None and tensor is None
     assert release_memory() == []
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "HIP out of memory. Tried to allocate 20.00 MiB",
+        "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
+    ],
+)
+def test_every_device_allocators_out_of_memory_counts(message):
+    assert should_reduce_batch_size(RuntimeError(message))
+    assert not should_reduce_batch_size(RuntimeError("shape mismatch: out of range"))

@@ -27,6 +27,7 @@ def test_all_lists_the_public_names():
 ERRORS_AND_HOMES = {
     "CollectiveTimeoutError": "accel_state",
     "CollectiveShapeError": "accel_state",
+    "RankLeftError": "accel_state",
     "DistributedOperationException": "accel_state",
     "BackendNotAvailableError": "accel_state",
     "EnvVarError": "accel_state",
@@ -57,3 +58,22 @@ def test_every_error_a_user_may_catch_is_exported_by_its_package_and_by_accel():
         assert name in package.__all__, f"{home}.__all__ lacks {name}"
         assert getattr(accel, name) is error, name
         assert name in accel.__all__, name
+
+
+def test_accelerates_last_top_level_helpers_are_the_packages_objects():
+    import accel_data
+    from accel_state import memory
+
+    assert accel.skip_first_batches is accel_data.skip_first_batches
+    assert accel.find_executable_batch_size is memory.find_executable_batch_size
+    assert {"skip_first_batches", "find_executable_batch_size"} <= set(accel.__all__)
+
+
+def test_non_blocking_and_dispatch_batches_read_the_dataloader_configuration():
+    from accel import DataLoaderConfiguration
+
+    default = Accelerator()
+    assert default.non_blocking is False and default.dispatch_batches is None
+    config = DataLoaderConfiguration(non_blocking=True, dispatch_batches=False)
+    accelerator = Accelerator(dataloader_config=config)
+    assert accelerator.non_blocking is True and accelerator.dispatch_batches is False

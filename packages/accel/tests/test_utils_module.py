@@ -80,3 +80,42 @@ def test_prepare_after_a_state_reset_fails_at_once_as_an_attribute_error():
     AcceleratorState._reset_state()
     with pytest.raises(AttributeError, match=r"state was reset \(AcceleratorState._reset_state\(\)\)"):
         accelerator.prepare(torch.nn.Linear(1, 1))
+
+
+# What Accelerate 1.15's accelerate/test_utils/testing.py and test_utils/scripts/*.py import from
+# accelerate.utils (the probes and helpers), so that those files import under accel.utils too.
+ACCELERATE_TEST_IMPORTS = (
+    "check_cuda_fp8_capability compare_versions gather is_aim_available is_bf16_available "
+    "is_bnb_available is_ccl_available is_clearml_available is_comet_ml_available is_cuda_available "
+    "is_datasets_available is_deepspeed_available is_dvclive_available is_fp16_available "
+    "is_fp8_available is_habana_gaudi1 is_hpu_available is_import_timer_available is_ipex_available "
+    "is_lomo_available is_matplotlib_available is_megatron_lm_available is_mlflow_available "
+    "is_mlu_available is_mpi_available is_mps_available is_msamp_available is_musa_available "
+    "is_npu_available is_pandas_available is_peft_available is_pippy_available is_pynvml_available "
+    "is_pytest_available is_rich_available is_rocm_available is_sagemaker_available "
+    "is_schedulefree_available is_sdaa_available is_swanlab_available is_tensorboard_available "
+    "is_timm_available is_torch_version is_torch_xla_available is_torchao_available "
+    "is_torchdata_stateful_dataloader_available is_torchvision_available is_trackio_available "
+    "is_transformer_engine_available is_transformers_available is_triton_available is_wandb_available "
+    "is_weights_only_available is_xccl_available is_xpu_available str_to_bool"
+).split()
+
+
+def test_every_name_accelerates_test_files_import_from_utils_is_there():
+    import accel.utils as utils
+
+    missing = [name for name in ACCELERATE_TEST_IMPORTS if not hasattr(utils, name)]
+    assert missing == []
+    assert set(ACCELERATE_TEST_IMPORTS) <= set(utils.__all__)
+
+
+def test_str_to_bool_answers_as_accelerates_and_names_a_bad_value():
+    import pytest
+
+    from accel.utils import str_to_bool
+
+    assert [str_to_bool(w) for w in ("yes", "T", "on", "1")] == [1, 1, 1, 1]
+    assert [str_to_bool(w) for w in ("no", "F", "off", "0")] == [0, 0, 0, 0]
+    assert str_to_bool("true", to_bool=True) is True and str_to_bool("n", to_bool=True) is False
+    with pytest.raises(ValueError, match="'maybe' is neither a yes-word"):
+        str_to_bool("maybe")

@@ -65,6 +65,7 @@ _HOMES = {
     "DistributedOperationException": "shape_check",
     "use_per_thread_state": "shared_state",
     "CollectiveTimeoutError": "timeouts",
+    "RankLeftError": "timeouts",
 }
 
 
@@ -111,6 +112,7 @@ __all__ = [
     "Precision",
     "PreparedObjects",
     "ProcessGroupOptions",
+    "RankLeftError",
     "ProcessSetup",
     "StateResetError",
     "TorchCommunicator",

@@ -10,9 +10,22 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import operator
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
+
+# Accelerate's `compare_versions` operators, by their spelling.
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<=": operator.le,
+    "<": operator.lt,
+}
 
 
 def _installed(module: str, *distributions: str) -> bool:
@@ -194,9 +207,7 @@ def is_bnb_available(min_version: str | None = None) -> bool:
         return False
     if min_version is None:
         return True
-    from packaging.version import Version
-
-    return Version(importlib.metadata.version("bitsandbytes")) >= Version(min_version)
+    return compare_versions("bitsandbytes", ">=", min_version)
 
 
 def is_4bit_bnb_available() -> bool:
@@ -283,6 +294,44 @@ def is_ccl_available() -> bool:
     )
 
 
+# Versions ------------------------------------------------------------------------------------
+def _version_parser() -> tuple[type, Callable[[str], Any]]:
+    """Return packaging's Version class and parse function: the installed packaging's, else the
+    copy torch vendors (accel-state does not depend on packaging)."""
+    try:
+        module: Any = importlib.import_module("packaging.version")
+    except ImportError:
+        module = importlib.import_module("torch._vendor.packaging.version")
+    return module.Version, module.parse
+
+
+def compare_versions(library_or_version: str | Any, operation: str, requirement_version: str) -> bool:
+    """Return whether the installed version of a distribution (or a version string) compares to
+    `requirement_version` by `operation` (one of `>`, `>=`, `==`, `!=`, `<=`, `<`)."""
+    Version, parse = _version_parser()
+    if operation not in _OPERATORS:
+        raise ValueError(
+            f"compare_versions: operation must be one of {', '.join(_OPERATORS)}, got {operation!r}"
+        )
+    version = library_or_version
+    if isinstance(version, str) and not version[:1].isdigit():
+        version = importlib.metadata.version(version)  # a distribution's name
+    if not isinstance(version, Version):
+        version = parse(str(version))
+    return _OPERATORS[operation](version, parse(requirement_version))
+
+
+def is_torch_version(operation: str, version: str) -> bool:
+    """Return whether the running torch's release (local build tag dropped) compares to `version`."""
+    _, parse = _version_parser()
+    return compare_versions(parse(parse(torch.__version__).base_version), operation, version)
+
+
+def is_weights_only_available() -> bool:
+    """Return whether `torch.load(weights_only=True)` can allow-list classes (torch 2.4 and later)."""
+    return is_torch_version(">=", "2.4.0")
+
+
 # Devices -------------------------------------------------------------------------------------
 def is_torch_distributed_available() -> bool:
     """Return whether this torch build has `torch.distributed`."""
@@ -292,6 +341,33 @@ def is_torch_distributed_available() -> bool:
 def is_cuda_available() -> bool:
     """Return whether torch can use a CUDA device (asks torch)."""
     return bool(torch.cuda.is_available())
+
+
+def is_rocm_available() -> bool:
+    """Return whether torch is a ROCm (HIP) build that sees an AMD GPU (asks torch)."""
+    return torch.version.hip is not None and bool(torch.cuda.is_available())
+
+
+def check_cuda_fp8_capability() -> bool:
+    """Return whether the current CUDA device computes in fp8 (compute capability 8.9 or newer)."""
+    if not torch.cuda.is_available():
+        return False
+    return tuple(torch.cuda.get_device_capability()) >= (8, 9)
+
+
+def is_mpi_available() -> bool:
+    """Return whether this torch build has the MPI process-group backend."""
+    return bool(torch.distributed.is_available() and torch.distributed.is_mpi_available())
+
+
+def is_xccl_available() -> bool:
+    """Return whether this torch build has Intel's XCCL process-group backend (torch 2.7 and later)."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed import distributed_c10d
+
+    probe = getattr(distributed_c10d, "is_xccl_available", None)
+    return bool(probe is not None and probe())
 
 
 def is_mps_available(min_version: str = "1.12") -> bool:
@@ -346,6 +422,18 @@ def is_hpu_available(init_hccl: bool = False) -> bool:
     """Return whether Habana's torch plugin is installed (looked up, not imported)."""
     del init_hccl  # accel never starts HCCL from a probe
     return _installed("habana_frameworks", "habana-torch-plugin", "habana_frameworks")
+
+
+def is_habana_gaudi1() -> bool:
+    """Return whether the Habana device is a first-generation Gaudi (asks Habana's plugin, which is
+    imported only when it is installed)."""
+    if not is_hpu_available():
+        return False
+    try:
+        experimental = importlib.import_module("habana_frameworks.torch.utils.experimental")
+        return bool(experimental._get_device_type() == experimental.synDeviceType.synDeviceGaudi)
+    except Exception:  # a plugin without a device (or another layout) is not a Gaudi1
+        return False
 
 
 def is_neuron_available() -> bool:

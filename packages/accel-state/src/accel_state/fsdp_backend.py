@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import warnings
 import weakref
 from collections.abc import Iterable, Iterator
@@ -19,7 +20,7 @@ from typing import Any, cast
 
 import torch
 
-from accel_state import fsdp_checkpoint
+from accel_state import fsdp1_options, fsdp_checkpoint
 from accel_state.backend import (
     BackendDefaults,
     BackendOptions,
@@ -115,19 +116,40 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
         return objects
 
     def mesh(self) -> Any:
-        """Return the 1-D device mesh over every process, built on first use."""
+        """Return the device mesh over every process, built on first use: 1-D (every parameter
+        sharded over all processes), or (replicas, shards) for FSDP1's NO_SHARD (one process per
+        shard group) and HYBRID_SHARD (the processes of one node per shard group)."""
         if self._mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
 
-            self._mesh = init_device_mesh(self.state.device.type, (self.state.num_processes,))
+            shape = self._mesh_shape()
+            names = ("dp_replicate", "dp_shard") if len(shape) == 2 else None
+            self._mesh = init_device_mesh(self.state.device.type, shape, mesh_dim_names=names)
             release_mesh_at_exit(self._mesh)
         return self._mesh
 
-    def _policies(self, root: bool) -> dict[str, Any]:
+    def _mesh_shape(self) -> tuple[int, ...]:
+        strategy = self.fsdp_plugin.sharding_strategy
+        count = self.state.num_processes
+        if strategy == fsdp1_options.NO_SHARD:
+            return (count, 1)
+        if strategy in (fsdp1_options.HYBRID_SHARD, fsdp1_options.HYBRID_SHARD_ZERO2):
+            per_node = int(os.environ.get("LOCAL_WORLD_SIZE") or count)
+            if per_node <= 0 or count % per_node:
+                raise FsdpConfigError(
+                    f"sharding_strategy={strategy} shards within each node: the {count} processes must be "
+                    f"whole nodes of {per_node} (LOCAL_WORLD_SIZE) each"
+                )
+            return (count // per_node, per_node)
+        return (count,)
+
+    def _policies(self, root: bool, ignored: set[torch.nn.Parameter]) -> dict[str, Any]:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
         plugin = self.fsdp_plugin
         kwargs: dict[str, Any] = {"mesh": self.mesh(), "reshard_after_forward": plugin.reshard_after_forward}
+        if ignored:
+            kwargs["ignored_params"] = ignored
         if plugin.mixed_precision_policy is not None:
             kwargs["mp_policy"] = plugin.mixed_precision_policy
         elif self.precision.mode == "bf16":
@@ -164,12 +186,13 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
                 "(--fsdp_cpu_ram_efficient_loading), which loads the main process's weights into it"
             )
         groups = modules_to_shard(inner, plugin)
+        ignored = fsdp1_options.ignored_parameters(inner, plugin.ignored_modules)
         if plugin.activation_checkpointing:
             apply_activation_checkpointing(groups or [inner])
         for module in groups:
             if not isinstance(module, FSDPModule):
-                fully_shard(module, **self._policies(root=False))
-        fully_shard(inner, **self._policies(root=True))
+                fully_shard(module, **self._policies(root=False, ignored=ignored))
+        fully_shard(inner, **self._policies(root=True, ignored=ignored))
         release_fsdp_at_exit(inner)
         if on_meta:
             inner.to_empty(device="cpu" if plugin.cpu_offload else self.state.device)
@@ -253,8 +276,14 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
         return unwrap(model)  # fully_shard shards the user's module in place
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """The full state dict, gathered on the main process's CPU (empty elsewhere; collective)."""
-        return fsdp_checkpoint.full_model_state(self.unwrap_model(model))
+        """The full state dict, gathered on the main process's CPU (empty elsewhere; collective),
+        or where the plugin's state_dict_config says (offload_to_cpu, rank0_only)."""
+        plugin = self.fsdp_plugin
+        return fsdp_checkpoint.full_model_state(
+            self.unwrap_model(model),
+            offload_to_cpu=plugin.state_dict_offload_to_cpu,
+            rank0_only=plugin.state_dict_rank0_only,
+        )
 
     def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
         """Load a full state dict (every rank holds it) into the shards."""

@@ -41,12 +41,22 @@ def _options(**kwargs: Any) -> Any:
     return StateDictOptions(**kwargs)
 
 
-def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Return `model`'s full state dict on the main process's CPU (empty elsewhere; collective)."""
+def full_model_state(
+    model: torch.nn.Module, offload_to_cpu: bool = True, rank0_only: bool = True
+) -> dict[str, torch.Tensor]:
+    """Return `model`'s full state dict (collective): on the CPU with `offload_to_cpu` (else on
+    the model's device), on the main process only with `rank0_only` (empty elsewhere)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    state = get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=True))
-    return cast(dict[str, torch.Tensor], state)
+    if offload_to_cpu and rank0_only:  # DCP gathers onto the main process's CPU in one pass
+        state = get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=True))
+        return cast(dict[str, torch.Tensor], state)
+    gathered = cast(
+        dict[str, torch.Tensor], get_model_state_dict(model, options=_options(full_state_dict=True))
+    )
+    if rank0_only and torch.distributed.get_rank() != 0:
+        return {}
+    return {k: v.cpu() if offload_to_cpu else v for k, v in gathered.items()}
 
 
 def load_full_model_state(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
@@ -80,7 +90,10 @@ def save(backend: Any, prepared: PreparedObjects, folder: Path, *, sharded: bool
             state = get_optimizer_state_dict(model, _raw(optimizer))
             dcp.save(state, checkpoint_id=folder / optimizer_folder(i))
             continue
-        options = _options(full_state_dict=True, cpu_offload=True)
+        plugin = backend.fsdp_plugin
+        # Only the main process writes; optim_state_dict_config says where the others gather it.
+        on_main_cpu = plugin.optim_state_dict_offload_to_cpu and plugin.optim_state_dict_rank0_only
+        options = _options(full_state_dict=True, cpu_offload=on_main_cpu)
         state = get_optimizer_state_dict(model, _raw(optimizer), options=options)
         if backend.state.process_index == 0:
             with (folder / optimizer_file(i)).open("wb") as handle:

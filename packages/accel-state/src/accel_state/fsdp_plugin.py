@@ -3,8 +3,9 @@
 Accelerate's name and the fields that matter for FSDP2 (`torch.distributed.fsdp.fully_shard`). A
 field a script leaves at None is taken from the launcher's environment (`--fsdp_*` flags, the
 config's `fsdp_config:` section), else its default. A bad value is one error naming the field, where
-it came from and the value. FSDP1 (the `FullyShardedDataParallel` wrapper class) is not supported.
-Importing this module imports no torch.
+it came from and the value. FSDP1 (the `FullyShardedDataParallel` wrapper class) is not supported,
+but Accelerate's FSDP1-era arguments are accepted and mapped onto FSDP2 (`accel_state.fsdp1_options`).
+Importing this module imports no torch (an FSDP1 `MixedPrecision` given to it is translated with torch).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from accel_state import env_vars
+from accel_state import env_vars, fsdp1_options
 from accel_state.choices import FSDP_AUTO_WRAP_POLICIES, FSDP_STATE_DICT_TYPES, FSDP_VERSIONS
 from accel_state.distributed_type import DistributedType
 
@@ -41,6 +42,8 @@ _FROM_LAUNCHER: dict[str, tuple[str, str]] = {
     "cpu_offload": (env_vars.FSDP_OFFLOAD_PARAMS, "--fsdp_offload_params"),
 }
 _FLAGS = ("reshard_after_forward", "cpu_ram_efficient_loading", "activation_checkpointing", "cpu_offload")
+# FSDP1's flags, accepted without effect (accel_state.fsdp1_options says why); still checked.
+_FSDP1_FLAGS = ("forward_prefetch", "limit_all_gathers", "use_orig_params", "sync_module_states")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -59,7 +62,14 @@ class FullyShardedDataParallelPlugin:
     that takes a submodule and returns whether to shard it separately (an FSDP1 policy such as
     `functools.partial(transformer_auto_wrap_policy, ...)` works too). The root is always sharded.
     `mixed_precision_policy` (a `torch.distributed.fsdp.MixedPrecisionPolicy`) replaces the one the
-    run's `mixed_precision` implies. `cpu_offload` (also `offload_params`) needs a GPU run.
+    run's `mixed_precision` implies; FSDP1's `MixedPrecision` or a dict of dtypes is translated to
+    one. `cpu_offload` (also `offload_params`) needs a GPU run.
+
+    FSDP1's arguments (`sharding_strategy`, `state_dict_config`, `optim_state_dict_config`,
+    `backward_prefetch`, `forward_prefetch`, `limit_all_gathers`, `use_orig_params`,
+    `sync_module_states`, `param_init_fn`, `ignored_modules`) are accepted: mapped onto FSDP2 where
+    they change what it does, accepted without effect where FSDP2 already does what they ask
+    (`accel_state.fsdp1_options` says which and why).
     """
 
     distributed_type: ClassVar[DistributedType] = DistributedType.FSDP
@@ -74,6 +84,23 @@ class FullyShardedDataParallelPlugin:
     activation_checkpointing: bool | None = None
     cpu_offload: bool | None = None
     mixed_precision_policy: Any = None
+    # FSDP1's arguments (accel_state.fsdp1_options says what each becomes).
+    sharding_strategy: Any = None
+    backward_prefetch: Any = None
+    forward_prefetch: bool | None = None
+    limit_all_gathers: bool | None = None
+    use_orig_params: bool | None = None
+    sync_module_states: bool | None = None
+    param_init_fn: Callable[..., Any] | None = None
+    ignored_modules: Any = None
+    state_dict_config: Any = None
+    optim_state_dict_config: Any = None
+    # Where a full state dict is gathered: on the CPU, on the main process only (state_dict_config's
+    # offload_to_cpu and rank0_only; optim_state_dict_config's for the optimizers).
+    state_dict_offload_to_cpu: bool = field(default=True, init=False)
+    state_dict_rank0_only: bool = field(default=True, init=False)
+    optim_state_dict_offload_to_cpu: bool = field(default=True, init=False)
+    optim_state_dict_rank0_only: bool = field(default=True, init=False)
     # name -> where its value came from ("FullyShardedDataParallelPlugin(...)" or the launcher's flag).
     sources: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
@@ -102,22 +129,113 @@ class FullyShardedDataParallelPlugin:
         if str(version).strip() == "1":
             raise FsdpConfigError(
                 f"{self.sources.get('fsdp_version', 'fsdp_version')}: FSDP1 (the FullyShardedDataParallel "
-                "wrapper) is not supported; use fsdp_version=2 (fully_shard)"
+                "wrapper) is not supported; use fsdp_version=2 (fully_shard), the default, which takes "
+                "FSDP1's options (sharding_strategy, state_dict_config, ...) too"
             )
         if str(version).strip() not in {str(v) for v in FSDP_VERSIONS}:
             raise self._refuse("fsdp_version", "is not an FSDP version; the only one supported is 2")
         self.fsdp_version = 2
-        for name in _FLAGS:
+        self._normalise_sharding_strategy()
+        for name in (*_FLAGS, *_FSDP1_FLAGS):
             self._normalise_flag(name)
         if self.reshard_after_forward is None:
             self.reshard_after_forward = True
         self._normalise_wrap_policy()
+        self._normalise_state_dict_configs()
         self._normalise_state_dict_type()
-        policy = self.mixed_precision_policy
-        if policy is not None and type(policy).__name__ != "MixedPrecisionPolicy":
-            raise self._refuse(
-                "mixed_precision_policy", "is not a torch.distributed.fsdp.MixedPrecisionPolicy"
+        self._normalise_fsdp1_extras()
+
+    def _given(self, name: str) -> bool:
+        """Whether the script passed `name` itself (not the launcher)."""
+        return self.sources.get(name, "").startswith("FullyShardedDataParallelPlugin(")
+
+    def _normalise_sharding_strategy(self) -> None:
+        # Accelerate's FSDP1 plugin took a strategy in reshard_after_forward too.
+        value: Any = self.reshard_after_forward
+        if self.sharding_strategy is None and value is not None and not isinstance(value, bool):
+            word = str(getattr(value, "name", value)).strip().upper().lstrip("_")
+            if word in fsdp1_options.SHARDING_STRATEGIES:
+                self.sharding_strategy, self.reshard_after_forward = word, None
+                self.sources["sharding_strategy"] = self.sources.pop("reshard_after_forward", "")
+        if self.sharding_strategy is None:
+            return
+        try:
+            self.sharding_strategy = fsdp1_options.sharding_strategy_name(self.sharding_strategy)
+        except fsdp1_options.Fsdp1OptionError as error:
+            raise self._refuse("sharding_strategy", str(error)) from None
+        implied = fsdp1_options.RESHARD_AFTER_FORWARD[self.sharding_strategy]
+        self._normalise_flag("reshard_after_forward")
+        given = self.reshard_after_forward
+        if self._given("reshard_after_forward") and given is not None and given != implied:
+            raise FsdpConfigError(
+                f"FullyShardedDataParallelPlugin: sharding_strategy={self.sharding_strategy} means "
+                f"reshard_after_forward={implied}, but reshard_after_forward={self.reshard_after_forward} "
+                "was passed too; give one of them"
             )
+        self.reshard_after_forward = implied
+
+    def _normalise_state_dict_configs(self) -> None:
+        kinds = {}
+        for name, optimizer in (("state_dict_config", False), ("optim_state_dict_config", True)):
+            config = getattr(self, name)
+            if config is None:
+                continue
+            try:
+                kind, offload, rank0_only = fsdp1_options.state_dict_config_kind(config, optimizer)
+            except fsdp1_options.Fsdp1OptionError as error:
+                raise FsdpConfigError(
+                    f"FullyShardedDataParallelPlugin({name}=...): {type(config).__name__} {error}"
+                ) from None
+            kinds[name] = kind
+            prefix = "optim_state_dict" if optimizer else "state_dict"
+            setattr(self, f"{prefix}_offload_to_cpu", offload)
+            setattr(self, f"{prefix}_rank0_only", rank0_only)
+        if len(set(kinds.values())) > 1:
+            raise FsdpConfigError(
+                "FullyShardedDataParallelPlugin: state_dict_config is "
+                f"{type(self.state_dict_config).__name__} but optim_state_dict_config is "
+                f"{type(self.optim_state_dict_config).__name__}; both must be Full or both Sharded"
+            )
+        if not kinds:
+            return
+        kind = next(iter(kinds.values()))
+        given = self.state_dict_type
+        if given is not None and self._given("state_dict_type"):
+            word = str(getattr(given, "name", given)).strip().upper()
+            if word != kind:
+                name = next(iter(kinds))
+                raise FsdpConfigError(
+                    f"FullyShardedDataParallelPlugin: state_dict_type={word} but {name} is "
+                    f"{type(getattr(self, name)).__name__} ({kind}); give matching ones"
+                )
+        # The script's config beats the launcher's --fsdp_state_dict_type.
+        self.state_dict_type = kind
+        self.sources["state_dict_type"] = f"FullyShardedDataParallelPlugin({next(iter(kinds))}=...)"
+
+    def _normalise_fsdp1_extras(self) -> None:
+        if self.backward_prefetch is not None:
+            try:
+                self.backward_prefetch = fsdp1_options.backward_prefetch_name(self.backward_prefetch)
+            except fsdp1_options.Fsdp1OptionError as error:
+                raise self._refuse("backward_prefetch", str(error)) from None
+        if self.param_init_fn is not None and not callable(self.param_init_fn):
+            raise self._refuse("param_init_fn", "is not callable")
+        ignored = self.ignored_modules
+        if ignored is not None and not isinstance(ignored, str):
+            try:
+                ignored = list(ignored)
+            except TypeError:
+                raise self._refuse(
+                    "ignored_modules", "is neither modules nor a regex of module names"
+                ) from None
+            if not all(hasattr(m, "parameters") for m in ignored):
+                raise self._refuse("ignored_modules", "holds something that is not a torch module")
+            self.ignored_modules = ignored
+        if self.mixed_precision_policy is not None:
+            try:
+                self.mixed_precision_policy = fsdp1_options.fsdp2_mixed_precision(self.mixed_precision_policy)
+            except fsdp1_options.Fsdp1OptionError as error:
+                raise self._refuse("mixed_precision_policy", str(error)) from None
 
     def _normalise_flag(self, name: str) -> None:
         value = getattr(self, name)

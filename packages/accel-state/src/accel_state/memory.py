@@ -12,14 +12,14 @@ import torch
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-# Messages of the errors that mean "this batch does not fit": CUDA's and cuDNN's out-of-memory
-# RuntimeErrors, and the CPU allocator's.
+# Messages of the errors that mean "this batch does not fit" (Accelerate's list): every device
+# allocator's "<device> out of memory." (CUDA, HIP, XPU, NPU, MPS), cuDNN's, the CPU allocator's
+# and Habana's.
 _OUT_OF_MEMORY_MESSAGES = (
-    "CUDA out of memory.",
-    "XPU out of memory.",
-    "NPU out of memory.",
+    " out of memory.",
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
     "can't allocate memory",  # the CPU allocator's "DefaultCPUAllocator: can't allocate memory"
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
 )
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from accel_state import env_vars
+from accel_state import env_vars, rank_exit
 from accel_state.launch_env import LaunchEnvironment, export_for_torch
 
 _teardown_registered = False
@@ -100,6 +100,7 @@ def _register_teardown() -> None:
     global _teardown_registered
     if not _teardown_registered:
         atexit.register(_teardown_at_exit)
+        rank_exit.watch_uncaught_exceptions()
         _teardown_registered = True
 
 
@@ -110,6 +111,8 @@ def before_teardown(release: Callable[[], None]) -> None:
 
 
 def _teardown_at_exit() -> None:
+    # First, while the group is whole: the others, still in a collective, learn who left (and how).
+    rank_exit.mark_exit()
     for release in reversed(_before_teardown):
         try:
             release()

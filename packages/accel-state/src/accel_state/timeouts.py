@@ -4,6 +4,9 @@ When a rank never reaches a collective, gloo fails the others after the process 
 with a message about its own transport ("Timed out waiting 3000ms for recv operation to
 complete"), naming no accel operation. `named_collective` turns that into a
 `CollectiveTimeoutError` naming the operation, this rank, and the setting that controls the wait.
+When a rank left the job instead (it ended while the others still call collectives), gloo fails the
+others with "Connection closed by peer"; the ranks that left marked it in the job's store
+(`accel_state.rank_exit`), and the error becomes a `RankLeftError` naming them and the operation.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from accel_state import env_vars
+from accel_state import env_vars, rank_exit
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Substrings of the errors torch raises on a collective timeout (gloo, NCCL watchdog, store).
@@ -27,6 +30,10 @@ class CollectiveError(RuntimeError):
 
 class CollectiveTimeoutError(CollectiveError):
     """A collective did not complete in time: some process never reached it."""
+
+
+class RankLeftError(CollectiveError):
+    """A collective could not complete because another rank had left the job (its process ended)."""
 
 
 def is_timeout(error: BaseException) -> bool:
@@ -65,7 +72,24 @@ def named_collective(operation: str) -> Iterator[None]:
     try:
         yield
     except RuntimeError as error:
-        if depth > 0 or not is_timeout(error):
+        if depth > 0 or isinstance(error, CollectiveError):
+            raise
+        lost_peer = rank_exit.is_lost_peer(error)
+        if not (lost_peer or is_timeout(error)):
+            raise
+        left = rank_exit.ranks_that_left()
+        if left:
+            if len(left) == 1:
+                who = "rank {} left the job ({})".format(*next(iter(left.items())))
+            else:
+                who = "ranks " + ", ".join(f"{rank} ({how})" for rank, how in sorted(left.items()))
+                who += " left the job"
+            raise RankLeftError(
+                f"{operation}: {who} before joining this {operation}; every rank must call "
+                f"the same collectives (a rank with fewer batches must still join them). Original "
+                f"error: {error}"
+            ) from error
+        if lost_peer:
             raise
         raise CollectiveTimeoutError(
             f"{operation} timed out: {_describe_wait()}, but at least one process never reached "

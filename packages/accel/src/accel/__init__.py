@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from accel.metrics import GatherForMetricsError
     from accel.project_config import ProjectConfiguration
     from accel.tracking import GeneralTracker, LoggerType, TrackerError, TrackerNotInstalledError
-    from accel_data import DispatchError, LoaderStateError, ShardingError
+    from accel_data import DispatchError, LoaderStateError, ShardingError, skip_first_batches
     from accel_launch import ConfigError, LaunchOptionsError, NotebookLaunchError, notebook_launcher
     from accel_state import (
         AcceleratorState,
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
         LaunchEnvironmentError,
         MixedPrecisionError,
         PartialState,
+        RankLeftError,
+        find_executable_batch_size,
         set_seed,
     )
 
@@ -83,11 +85,14 @@ _LAZY = {
     "PartialState": "accel_state",
     "ProfileKwargs": "accel.kwargs_handlers",
     "ProjectConfiguration": "accel.project_config",
+    "RankLeftError": "accel_state",
     "ShardingError": "accel_data",
     "TrackerError": "accel.tracking",
     "TrackerNotInstalledError": "accel.tracking",
+    "find_executable_batch_size": "accel_state",
     "notebook_launcher": "accel_launch",
     "set_seed": "accel_state",
+    "skip_first_batches": "accel_data",
 }
 
 __all__ = [
@@ -126,12 +131,15 @@ __all__ = [
     "PartialState",
     "ProfileKwargs",
     "ProjectConfiguration",
+    "RankLeftError",
     "ShardingError",
     "TrackerError",
     "TrackerNotInstalledError",
     "__version__",
+    "find_executable_batch_size",
     "notebook_launcher",
     "set_seed",
+    "skip_first_batches",
 ]
 
 

@@ -151,6 +151,18 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         return self.dataloader_config.even_batches
 
     @property
+    def dispatch_batches(self) -> bool | None:
+        """Whether the main process loads every batch and sends each process its part (None: only
+        for iterable datasets), from `dataloader_config`."""
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def non_blocking(self) -> bool:
+        """Whether batches are copied to the device without waiting (pinned memory), from
+        `dataloader_config`."""
+        return self.dataloader_config.non_blocking
+
+    @property
     def gradient_accumulation_steps(self) -> int:
         """Batches per optimizer step inside `accumulate()`; settable to a positive int."""
         return self.gradient_state.num_steps

@@ -43,6 +43,8 @@ from accel_state import (
 )
 from accel_state import reduce as _reduce
 from accel_state.availability import (
+    check_cuda_fp8_capability,
+    compare_versions,
     is_4bit_bnb_available,
     is_8bit_bnb_available,
     is_aim_available,
@@ -58,6 +60,7 @@ from accel_state.availability import (
     is_dvclive_available,
     is_fp8_available,
     is_fp16_available,
+    is_habana_gaudi1,
     is_hpu_available,
     is_import_timer_available,
     is_ipex_available,
@@ -66,6 +69,7 @@ from accel_state.availability import (
     is_megatron_lm_available,
     is_mlflow_available,
     is_mlu_available,
+    is_mpi_available,
     is_mps_available,
     is_msamp_available,
     is_musa_available,
@@ -77,6 +81,7 @@ from accel_state.availability import (
     is_pynvml_available,
     is_pytest_available,
     is_rich_available,
+    is_rocm_available,
     is_safetensors_available,
     is_sagemaker_available,
     is_schedulefree_available,
@@ -86,6 +91,7 @@ from accel_state.availability import (
     is_timm_available,
     is_torch_distributed_available,
     is_torch_tensorrt_available,
+    is_torch_version,
     is_torch_xla_available,
     is_torchao_available,
     is_torchdata_available,
@@ -97,6 +103,8 @@ from accel_state.availability import (
     is_transformers_available,
     is_triton_available,
     is_wandb_available,
+    is_weights_only_available,
+    is_xccl_available,
     is_xpu_available,
 )
 
@@ -105,6 +113,21 @@ def patch_environment(**kwargs: Any) -> contextlib.AbstractContextManager[None]:
     """Set environment variables (names upper-cased, values as strings) inside the block, then
     restore what was there before (Accelerate's helper)."""
     return env_vars.patched({key.upper(): str(value) for key, value in kwargs.items()})
+
+
+_TRUE_WORDS = ("y", "yes", "t", "true", "on", "1")
+_FALSE_WORDS = ("n", "no", "f", "false", "off", "0")
+
+
+def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
+    """Return 1 for a yes-word (`y`, `yes`, `t`, `true`, `on`, `1`) and 0 for a no-word, as bools
+    with `to_bool` (Accelerate's helper for flags read from the environment)."""
+    word = str(value).strip().lower()
+    if word in _TRUE_WORDS:
+        return True if to_bool else 1
+    if word in _FALSE_WORDS:
+        return False if to_bool else 0
+    raise ValueError(f"str_to_bool: {value!r} is neither a yes-word ({', '.join(_TRUE_WORDS)}) nor a no-word")
 
 
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
@@ -123,6 +146,8 @@ __all__ = [
     "ProjectConfiguration",
     "broadcast",
     "broadcast_object_list",
+    "check_cuda_fp8_capability",
+    "compare_versions",
     "copy_tensor_to_devices",
     "find_executable_batch_size",
     "gather",
@@ -142,6 +167,7 @@ __all__ = [
     "is_dvclive_available",
     "is_fp16_available",
     "is_fp8_available",
+    "is_habana_gaudi1",
     "is_hpu_available",
     "is_import_timer_available",
     "is_ipex_available",
@@ -150,6 +176,7 @@ __all__ = [
     "is_megatron_lm_available",
     "is_mlflow_available",
     "is_mlu_available",
+    "is_mpi_available",
     "is_mps_available",
     "is_msamp_available",
     "is_musa_available",
@@ -161,6 +188,7 @@ __all__ = [
     "is_pynvml_available",
     "is_pytest_available",
     "is_rich_available",
+    "is_rocm_available",
     "is_safetensors_available",
     "is_sagemaker_available",
     "is_schedulefree_available",
@@ -170,6 +198,7 @@ __all__ = [
     "is_timm_available",
     "is_torch_distributed_available",
     "is_torch_tensorrt_available",
+    "is_torch_version",
     "is_torch_xla_available",
     "is_torchao_available",
     "is_torchdata_available",
@@ -181,6 +210,8 @@ __all__ = [
     "is_transformers_available",
     "is_triton_available",
     "is_wandb_available",
+    "is_weights_only_available",
+    "is_xccl_available",
     "is_xpu_available",
     "pad_across_processes",
     "patch_environment",
@@ -189,6 +220,7 @@ __all__ = [
     "release_memory",
     "send_to_device",
     "set_seed",
+    "str_to_bool",
     "synchronize_rng_states",
     # Handlers and plugins (Accelerate keeps them in accelerate.utils too)
     "AutocastKwargs",
