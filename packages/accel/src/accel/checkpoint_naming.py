@@ -89,11 +89,12 @@ def prune(config: ProjectConfiguration, saved: Path) -> list[Path]:
     later = [p for n, p in found if number is not None and n > number]
     older = [p for n, p in found if number is not None and n < number]
     if later:
+        they = "it" if len(later) == 1 else "them"
         warnings.warn(
-            f"save_state: kept {_names(later)} under {config.checkpoints_dir} although total_limit="
-            f"{config.total_limit}: numbered after the checkpoint just saved ({saved.name}), so no "
-            f"rotation deletes them, and load_state() without a folder would load {later[-1].name}; "
-            "an earlier run left them? load_state() the newest first, or move them away",
+            f"save_state: kept {_names(later)} under {config.checkpoints_dir} beyond total_limit="
+            f"{config.total_limit}: numbered after the checkpoint just saved, so rotation never deletes "
+            f"{they}, and load_state() without a folder loads {later[-1].name}, not {saved.name} (left by "
+            f"an earlier run?); load_state() the newest before saving, or move {they} away",
             stacklevel=3,
         )
     removed = []
