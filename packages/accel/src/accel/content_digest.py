@@ -4,10 +4,10 @@ Hashing a file's bytes with sha256 runs at about 1 GB/s on one core, which more 
 time to load a large checkpoint. This digest checks what matters instead: that the objects a file
 gives back are the ones that were saved. Each tensor's bytes go through xxh3-128 (xxhash), a hash
 made for checking data at memory speed (about 20 GB/s on one core, outside the GIL), read in place
-from the tensor's memory; the structure around them (keys, numbers, strings, dtypes, shapes) and
-each tensor's 128-bit digest then go through one more xxh3-128. Any change to the bytes, their
-order included, changes the result; each tensor's own digest is kept too, so that a check that
-fails can name the tensor.
+from the tensor's memory; the structure around them (keys, numbers, strings) and each tensor's
+128-bit digest (of its dtype, shape and bytes) then go through one more xxh3-128. Any change to
+the bytes, their order included, changes the result; each tensor's own digest is kept too, so that
+a check that fails can name the tensor. Large objects are hashed on several threads.
 
 `DIGEST_NAME` is recorded in every checkpoint. Checkpoints written before it (`accel-content-v1`,
 block sums) are still checked with their own algorithm (`accel.content_digest_v1`).
@@ -15,7 +15,9 @@ block sums) are still checked with their own algorithm (`accel.content_digest_v1
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,11 +45,40 @@ def content_digest(obj: Any) -> str:
 
 
 def digest_of(obj: Any) -> Digest:
-    """Return the digest of `obj` and of each tensor in it."""
-    whole = xxhash.xxh3_128()
+    """Return the digest of `obj` and of each tensor in it.
+
+    The tensors of a large object are hashed on several threads (xxhash runs outside the GIL), so
+    that the digest of the last file a load reads, which no reading overlaps, takes little time.
+    """
+    found: list[tuple[str, torch.Tensor]] = []
+    structure = xxhash.xxh3_128()
+    _feed(structure, found, (), obj)
+    size = sum(t.numel() * t.element_size() for _, t in found)
+    if len(found) > 1 and size >= _PARALLEL_BYTES:
+        digests = list(_hashing_pool().map(tensor_digest, [t for _, t in found]))
+    else:
+        digests = [tensor_digest(t) for _, t in found]
+    whole = xxhash.xxh3_128(structure.digest())
     tensors: dict[str, str] = {}
-    _feed(whole, tensors, (), obj)
+    for (name, _), digest in zip(found, digests, strict=True):
+        whole.update(digest)
+        while name in tensors:  # two paths that print alike ("a.b" and a -> b): keep both
+            name += "'"
+        tensors[name] = digest.hex()
     return Digest(whole.hexdigest(), tensors)
+
+
+_PARALLEL_BYTES = 16 << 20
+_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _hashing_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Return this process's hashing threads (a forked child gets its own)."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        workers = max(1, min(4, os.cpu_count() or 1))
+        _pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(workers, "accel-digest"))
+    return _pool[1]
 
 
 def tensor_path(path: tuple[Any, ...]) -> str:
@@ -55,23 +86,21 @@ def tensor_path(path: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in path)
 
 
-def _feed(hasher: Any, tensors: dict[str, str], path: tuple[Any, ...], obj: Any) -> None:
+def _feed(hasher: Any, found: list[tuple[str, torch.Tensor]], path: tuple[Any, ...], obj: Any) -> None:
+    """Hash the structure of `obj` into `hasher`, a mark in each tensor's place; note each tensor
+    (with its path) in `found`, in order."""
     if isinstance(obj, torch.Tensor):
-        digest = tensor_digest(obj)
-        name = tensor_path(path)
-        while name in tensors:  # two paths that print alike ("a.b" and a -> b): keep both
-            name += "'"
-        tensors[name] = digest.hex()
-        hasher.update(b"T" + digest)
+        found.append((tensor_path(path), obj))
+        hasher.update(b"T")
     elif isinstance(obj, Mapping):
         hasher.update(f"D{len(obj)}:".encode())
         for key in sorted(obj, key=repr):
-            _feed(hasher, tensors, path, key)
-            _feed(hasher, tensors, (*path, key), obj[key])
+            _feed(hasher, found, path, key)
+            _feed(hasher, found, (*path, key), obj[key])
     elif isinstance(obj, list | tuple):
         hasher.update(f"{'L' if isinstance(obj, list) else 'U'}{len(obj)}:".encode())
         for index, item in enumerate(obj):
-            _feed(hasher, tensors, (*path, index), item)
+            _feed(hasher, found, (*path, index), item)
     elif isinstance(obj, set | frozenset):
         hasher.update(f"S{len(obj)}:".encode())
         for text in sorted(repr(item) for item in obj):
