@@ -11,7 +11,7 @@ some. A mismatch is one CheckpointError naming the file, the key and both shapes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +63,13 @@ def check_weights_fit(path: Path, what: str, live: Mapping[str, Any], saved: Map
 
 
 def check_optimizer_fits(
-    path: Path, optimizer: Any, saved: Any, layout: Any, names: Mapping[int, str] | None = None
+    path: Path, optimizer: Any, saved: Any, layout: Any, names: Callable[[], Mapping[int, str]] | None = None
 ) -> None:
     """Raise CheckpointError unless optimizer file `path` (its state dict `saved`, the parameters'
     recorded `layout` or None) fits `optimizer`: the same parameters, in shape and dtype, and state
-    tensors of the shapes the optimizer's own state has (where it has some). `names` maps
-    id(parameter) to its name. A state dict of another form is left to the restore, which names
-    what is wrong with it."""
+    tensors of the shapes the optimizer's own state has (where it has some). `names()` maps
+    id(parameter) to its name (asked only for an error). A state dict of another form is left to
+    the restore, which names what is wrong with it."""
     if not isinstance(saved, Mapping) or not isinstance(saved.get("param_groups"), list):
         return
     groups, state = saved["param_groups"], saved.get("state")
@@ -87,7 +87,7 @@ def check_optimizer_fits(
     params = [p for group in live_groups for p in group]
 
     def parameter(index: int) -> str:
-        name = (names or {}).get(id(params[index]))
+        name = names().get(id(params[index])) if names is not None else None
         return f"parameter {index}" + (f" ({name!r})" if name else "")
 
     if isinstance(layout, list) and len(layout) == len(params):

@@ -40,7 +40,10 @@ def _fitting_optimizer(
     accelerator: Any, optimizer: Any, path: Path, layout: Any, saved: dict[str, Any]
 ) -> dict[str, Any]:
     """Return the optimizer state dict in `path` once it fits `optimizer` (torch checks it too late)."""
-    names = parameter_names([accelerator.backend.unwrap_model(m) for m in accelerator.prepared.models])
+
+    def names() -> dict[int, str]:
+        return parameter_names([accelerator.backend.unwrap_model(m) for m in accelerator.prepared.models])
+
     check_optimizer_fits(path, optimizer, saved, layout, names)
     return saved
 
