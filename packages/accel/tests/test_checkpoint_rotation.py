@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from accel import Accelerator
+from accel.checkpoint_errors import CheckpointError
 from accel.checkpointing import load_state
 from accel.project_config import ProjectConfiguration
 
@@ -98,3 +99,23 @@ def test_a_project_folder_holding_other_things_keeps_them_all(tmp_path):
     assert (checkpoints / "checkpoint_1" / "weights.pt").read_text() == "theirs"
     assert (checkpoints / "checkpoint_2").read_text() == "a file"
     assert Path(load_state(accelerator)).name == "checkpoint_5"
+
+
+def test_load_state_without_a_folder_skips_folders_no_save_wrote(tmp_path):
+    accelerator = _accelerator(tmp_path, total_limit=2)
+    saved = accelerator.save_state()
+    (tmp_path / "checkpoints" / "checkpoint_7").mkdir()  # another tool's, of our naming
+    (tmp_path / "checkpoints" / "checkpoint_7" / "notes.txt").write_text("theirs")
+    (tmp_path / "checkpoints" / "checkpoint_8").write_text("a file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither is a checkpoint load_state() would pick: no warning
+        accelerator.save_state()
+    assert load_state(accelerator) == str(Path(saved).with_name("checkpoint_1"))
+    for name in ("checkpoint_0", "checkpoint_1"):
+        for path in sorted((tmp_path / "checkpoints" / name).iterdir()):
+            path.unlink()
+        (tmp_path / "checkpoints" / name).rmdir()
+    with pytest.raises(
+        Exception, match=r"no accel checkpoint_<n> folder under .* \(only checkpoint_7, which hold"
+    ):
+        load_state(accelerator)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.checkpoint_errors import CheckpointError
+from accel.checkpoint_format import METADATA_NAME, checkpoint_files
 from accel.checkpoint_target import removal_problem, remove_checkpoint
 from accel.project_config import ProjectConfiguration
 
@@ -68,9 +69,13 @@ def load_dir(accelerator: Any, input_dir: str | Path | None) -> Path:
             "load_state: pass input_dir, or use ProjectConfiguration(automatic_checkpoint_naming=True)"
         )
     found = list_checkpoints(config.checkpoints_dir)
-    if not found:
-        raise CheckpointError(f"load_state: no checkpoint_<n> folder under {config.checkpoints_dir}")
-    return found[-1]
+    complete = [folder for folder in found if checkpoint_files(folder) is not None]
+    if not complete:
+        others = f" (only {_names(found)}, which hold no {METADATA_NAME})" if found else ""
+        raise CheckpointError(
+            f"load_state: no accel checkpoint_<n> folder under {config.checkpoints_dir}{others}"
+        )
+    return complete[-1]  # folders of this naming that no save wrote are not checkpoints
 
 
 def prune(config: ProjectConfiguration, saved: Path) -> list[Path]:
@@ -86,7 +91,8 @@ def prune(config: ProjectConfiguration, saved: Path) -> list[Path]:
         return []
     number = _number(saved)
     found = [(n, p) for p in list_checkpoints(config.checkpoints_dir) if (n := _number(p)) is not None]
-    later = [p for n, p in found if number is not None and n > number]
+    # Only a later accel checkpoint is one load_state() would pick: other folders are not checkpoints.
+    later = [p for n, p in found if number is not None and n > number and checkpoint_files(p) is not None]
     older = [p for n, p in found if number is not None and n < number]
     if later:
         they = "it" if len(later) == 1 else "them"
