@@ -116,6 +116,6 @@ def test_load_state_without_a_folder_skips_folders_no_save_wrote(tmp_path):
             path.unlink()
         (tmp_path / "checkpoints" / name).rmdir()
     with pytest.raises(
-        Exception, match=r"no accel checkpoint_<n> folder under .* \(only checkpoint_7, which hold"
+        CheckpointError, match=r"no accel checkpoint_<n> folder under .* \(only checkpoint_7, which hold"
     ):
         load_state(accelerator)
