@@ -1,5 +1,5 @@
-"""Checkpoint safety across real processes: a corrupt file of one rank, a full disk on one rank, and
-two independent jobs saving into one folder.
+"""Checkpoint safety across real processes: a corrupt file of one rank, a full disk on one rank,
+ranks naming different folders, and two independent jobs saving into one folder.
 
 Also a script: `python test_checkpoint_safety_launch.py save-loop DIR COUNT` (one of those jobs).
 """
@@ -125,6 +125,48 @@ def test_a_full_disk_on_one_rank_fails_every_rank_at_once_launch(tmp_path):
     assert seconds_0 < 15 and seconds_1 < 15  # not after the 20 s collective timeout
     assert step_0 == step_1 == 1  # the previous checkpoint survived
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+
+
+def each_rank_its_own_folder(root):
+    """Save, then load, each rank naming its own folder; return (save error, load error, files)."""
+    from accel.checkpoint_errors import CheckpointError
+
+    accelerator, model, optimizer = _build(timeout=60)
+    rank = accelerator.process_index
+    errors = []
+    for operation, folder in (("save_state", "a" if rank == 0 else "b"), ("load_state", f"c{rank}")):
+        try:
+            getattr(accelerator, operation)(str(Path(root) / folder))
+            errors.append(None)
+        except CheckpointError as caught:
+            errors.append(str(caught))
+    accelerator.wait_for_everyone()
+    return errors[0], errors[1], sorted(p.name for p in Path(root).iterdir())
+
+
+def test_ranks_naming_different_folders_fail_on_every_rank_launch(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    for rank in (0, 1):  # two complete checkpoints: each rank would load another one
+        run_on_ranks(save_one_checkpoint, 2, str(root / f"c{rank}"))
+    results = run_on_ranks(each_rank_its_own_folder, 2, str(root))
+    expected_save = (
+        f"save_state: ranks disagree on the folder: rank 0 '{root / 'a'}', rank 1 '{root / 'b'}'; "
+        "every rank must pass the same folder"
+    )
+    expected_load = (
+        f"load_state: ranks disagree on the folder: rank 0 '{root / 'c0'}', rank 1 '{root / 'c1'}'; "
+        "every rank must pass the same folder"
+    )
+    for save_error, load_error, files in results:
+        assert save_error == expected_save
+        assert load_error == expected_load
+        assert files == ["c0", "c1"]  # nothing was written for the refused save
+
+
+def save_one_checkpoint(folder):
+    accelerator, model, optimizer = _build()
+    accelerator.save_state(folder)
 
 
 def save_loop(folder, count):

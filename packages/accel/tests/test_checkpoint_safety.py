@@ -273,7 +273,7 @@ def test_an_optimizer_of_another_shape_is_refused_before_any_object_changes(tmp_
     _train_step(*objects)
     before = _live_state(*objects)
     with pytest.raises(
-        CheckpointError, match=r"optimizer\.bin cannot be restored: it holds parameter groups"
+        CheckpointError, match=r"optimizer\.bin does not fit the optimizer: it holds parameter groups"
     ):
         load_state(acc, folder)
     assert _live_state(*objects) == before

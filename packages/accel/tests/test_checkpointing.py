@@ -86,9 +86,17 @@ def test_files_and_metadata(tmp_path):
         "random_states_0.pt", "scaler.pt", "scheduler.bin", "training_state.json",
     ])  # fmt: skip
     meta = json.loads((folder / METADATA_NAME).read_text())
-    assert meta["num_processes"] == 1 and meta["format_version"] == 2
+    assert meta["num_processes"] == 1 and meta["format_version"] == 3
     assert meta["files"]["model.safetensors"]["size"] == (folder / "model.safetensors").stat().st_size
-    assert set(meta["files"]["optimizer.bin"]) == {"size", "content"}  # tensors: checked by what they hold
+    assert meta["content_digest"] == "accel-content-v2-xxh3-128"
+    # Tensor files: checked by what they hold, each tensor by its own digest too.
+    assert set(meta["files"]["optimizer.bin"]) == {"size", "content", "tensors"}
+    assert set(meta["files"]["model.safetensors"]["tensors"]) == {
+        "0.0.weight",
+        "0.0.bias",
+        "0.2.weight",
+        "0.2.bias",
+    }
     assert set(meta["files"]["training_state.json"]) == {"size", "sha256"}  # small files: by their bytes
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
@@ -206,7 +214,7 @@ def test_corrupt_truncated_and_foreign_checkpoints_fail_naming_the_file(tmp_path
     weights = bytearray(weights_file.read_bytes())
     weights[-1] ^= 0x10  # the last tensor's last byte
     weights_file.write_bytes(weights)
-    with pytest.raises(CheckpointError, match=r"model\.safetensors is corrupt: what it holds differs"):
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is corrupt: tensor '2\.weight' differs"):
         load_state(acc, folder)
     optimizer_file.write_bytes(data[:100])
     with pytest.raises(CheckpointError, match=r"optimizer\.bin is truncated"):

@@ -76,3 +76,41 @@ def test_swapped_or_zeroed_blocks_and_changed_values_change_it():
         state = _state()
         change(state)
         assert content_digest(state) != before
+
+
+def test_two_words_swapped_inside_one_block_change_it():
+    """Block sums (the v1 digest) cannot see this: the words of one 32 KiB block in another order."""
+    state = _state()
+    before = content_digest(state)
+    words = state["state"][0]["exp_avg"].view(torch.int64)
+    words[[5, 1000]] = words[[1000, 5]].clone()
+    assert content_digest(state) != before
+
+
+def test_empty_bf16_and_strided_tensors():
+    empty = [torch.zeros(0), torch.zeros(0, 3), torch.zeros(0, dtype=torch.int8)]
+    assert len({content_digest(t) for t in empty}) == 3  # the shape and dtype count, not only the bytes
+    matrix = torch.randn(300, 200)
+    assert content_digest(matrix.t()) == content_digest(matrix.t().contiguous())  # row-major bytes
+    assert content_digest(matrix.t()) != content_digest(matrix)
+    half = torch.randn(5000).bfloat16()
+    assert content_digest(half) == content_digest(half.clone())
+    changed = half.clone()
+    changed.view(torch.int16)[17] ^= 1
+    assert content_digest(changed) != content_digest(half)
+
+
+def test_each_tensor_has_its_own_digest_and_threads_change_nothing(monkeypatch):
+    import accel.content_digest as module
+
+    state = _state()
+    parallel = module.digest_of(state)
+    monkeypatch.setattr(module, "_PARALLEL_BYTES", 1 << 62)
+    serial = module.digest_of(state)
+    assert parallel == serial
+    assert {"state.0.exp_avg", "state.1.bf16", "odd", "param_groups"} & set(serial.tensors) == {
+        "state.0.exp_avg", "state.1.bf16", "odd",
+    }  # fmt: skip
+    state["state"][0]["exp_avg"][7] += 1
+    changed = module.digest_of(state)
+    assert [p for p in serial.tensors if serial.tensors[p] != changed.tensors[p]] == ["state.0.exp_avg"]

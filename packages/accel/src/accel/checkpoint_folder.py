@@ -80,13 +80,43 @@ def _summary(error: BaseException | None) -> str | None:
     return line if isinstance(error, CheckpointError) else f"{type(error).__name__}: {line}"
 
 
+def agree_on_folder(operation: str, folder: Path) -> None:
+    """Raise CheckpointError on every rank unless every rank names the same folder (collective).
+
+    Only the main process writes the shared files, so a rank passing another folder would get
+    back a path where nothing was written (or, loading, restore other states than its peers)."""
+    state = PartialState()
+    if state.num_processes == 1:
+        return
+    with named_collective(f"{operation} (comparing every rank's folder)"):
+        folders = gather_object([os.path.abspath(folder)])
+    if len(set(folders)) == 1:
+        return
+    ranks: dict[str, list[int]] = {}
+    for rank, name in enumerate(folders):
+        ranks.setdefault(name, []).append(rank)
+    shown = ", ".join(f"{_ranks(numbers)} {name!r}" for name, numbers in ranks.items())
+    raise CheckpointError(
+        f"{operation}: ranks disagree on the folder: {shown}; every rank must pass the same folder"
+    )
+
+
+def _ranks(numbers: list[int]) -> str:
+    if len(numbers) == 1:
+        return f"rank {numbers[0]}"
+    listed = ", ".join(str(n) for n in numbers[:4])
+    return f"ranks {listed}" + (f" and {len(numbers) - 4} more" if len(numbers) > 4 else "")
+
+
 def begin_folder(final_dir: Path) -> PendingFolder:
     """Return the save of `final_dir` in progress, with the temporary folder every rank writes into
     (collective).
 
-    The main process checks the target, takes its lock, creates the folder and broadcasts its name,
-    so that all ranks agree on one folder; a refusal is raised on every rank.
+    Every rank must name the same `final_dir` (else an error on every rank, before anything is
+    written). The main process checks the target, takes its lock, creates the folder and broadcasts
+    its name; a refusal is raised on every rank.
     """
+    agree_on_folder("save_state", final_dir)
     target = resolved(final_dir)
     outcome: list[Any] = [None]
     pending: PendingFolder | None = None
@@ -137,7 +167,7 @@ def commit_folder(
     is removed and every rank raises (that rank its own error). The lock is released either way.
     """
     try:
-        checks: dict[str, dict[str, str]] = {}
+        checks: dict[str, dict[str, Any]] = {}
         if failure is None:
             try:
                 checks = writer.checks()
@@ -166,7 +196,7 @@ def commit_folder(
 
 
 def _write_metadata(
-    temporary: Path, checks: dict[str, dict[str, str]], num_processes: int, extra: dict[str, Any]
+    temporary: Path, checks: dict[str, dict[str, Any]], num_processes: int, extra: dict[str, Any]
 ) -> None:
     root = resolved(temporary)
     files = {}

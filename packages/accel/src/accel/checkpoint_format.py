@@ -14,7 +14,7 @@ from typing import Any
 
 METADATA_NAME = "checkpoint.json"
 FORMAT_NAME = "accel-checkpoint"
-FORMAT_VERSION = 2  # 1: every file checked by the sha256 of its bytes (still read)
+FORMAT_VERSION = 3  # 1: sha256 of each file; 2: v1 content digests; 3: xxh3-128 (all still read)
 
 
 def resolved(folder: Path) -> Path:

@@ -19,7 +19,9 @@ import torch
 from accel.checkpoint_digests import check_later, file_digest
 from accel.checkpoint_errors import CheckpointError
 from accel.checkpoint_format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
-from accel.content_digest import content_digest
+from accel.content_digest import DIGEST_NAME, digest_of
+from accel.content_digest_v1 import DIGEST_NAME as DIGEST_V1
+from accel.content_digest_v1 import content_digest_v1
 
 
 class FolderReader:
@@ -49,6 +51,14 @@ class FolderReader:
                 f"{metadata_path} has format version {version}; this accel reads up to {FORMAT_VERSION}"
             )
         self.files: dict[str, dict[str, Any]] = self.metadata.get("files", {})
+        # A checkpoint of format 2 records v1 digests (older ones record none: sha256 only).
+        self.digest_name = self.metadata.get("content_digest", DIGEST_V1)
+        if self.digest_name not in (DIGEST_NAME, DIGEST_V1):
+            raise CheckpointError(
+                f"{metadata_path} records its files' digests as {self.digest_name!r}, which this accel "
+                f"does not know (it checks {DIGEST_NAME!r} and {DIGEST_V1!r}): load it with the accel "
+                "that saved it"
+            )
         self.check_names()
         self.check_sizes()
 
@@ -147,13 +157,45 @@ class FolderReader:
             raise CheckpointError(f"{path} is corrupt: it cannot be loaded as {what}: {reason}") from error
 
     def _checked(self, name: str, value: Any) -> Any:
-        expected = self.files[name].get("content")
-        if expected is not None and content_digest(value) != expected:
+        entry = self.files[name]
+        expected = entry.get("content")
+        if expected is None:
+            return value
+        if self.digest_name == DIGEST_V1:
+            if content_digest_v1(value) != expected:
+                raise CheckpointError(f"{self.folder / name} is corrupt: {_DIFFERS} (its {DIGEST_V1} digest "
+                                      f"does not match {self.metadata_path})")  # fmt: skip
+            return value
+        found = digest_of(value)
+        if found.whole != expected:
+            what = _differing_tensors(name, entry.get("tensors"), found.tensors) or _DIFFERS
             raise CheckpointError(
-                f"{self.folder / name} is corrupt: what it holds differs from what was saved "
-                f"(its content digest does not match {self.metadata_path})"
+                f"{self.folder / name} is corrupt: {what} (its xxh3-128 digest does not match "
+                f"{self.metadata_path})"
             )
         return value
+
+
+_DIFFERS = "what it holds differs from what was saved"
+
+
+def _differing_tensors(name: str, recorded: Any, found: dict[str, str]) -> str | None:
+    """Say which tensors of file `name` differ from the saved ones; None when none does (or the
+    checkpoint recorded none), i.e. the structure around them changed."""
+    if not isinstance(recorded, dict):
+        return None
+    paths = [p for p, digest in found.items() if recorded.get(p) != digest]
+    paths += [p for p in recorded if p not in found]
+    if not paths:
+        return None
+    if name.endswith(".safetensors"):  # (tensors, metadata): a tensor's path is "0.<its key>"
+        paths = [p.removeprefix("0.") for p in paths]
+    shown = ", ".join(repr(p) for p in paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    return (
+        f"tensor {shown} differs from what was saved"
+        if len(paths) == 1
+        else f"tensors {shown} differ from what was saved"
+    )
 
 
 def _load_torch(path: Path) -> Any:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from accel.checkpoint_errors import CheckpointError
+from accel.checkpoint_fit import LAYOUT_KEY, check_optimizer_fits, check_weights_fit, parameter_names
 from accel.checkpoint_layout import TRAINING_STATE_NAME, model_weights, suffix
 from accel.checkpoint_reader import FolderReader
 from accel.checkpoint_registry import CheckpointRegistry
@@ -23,6 +25,53 @@ from accel_state import PreparedObjects
 
 def _load_model(accelerator: Any, model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
     accelerator.backend.load_state_dict(model, weights)
+
+
+def _fitting_weights(
+    accelerator: Any, model: torch.nn.Module, what: str, path: Path, loaded: Any
+) -> dict[str, torch.Tensor]:
+    """Return the state dict in model file `path` once its keys, shapes and dtypes fit `model`'s."""
+    weights = model_weights(path.name, loaded)
+    check_weights_fit(path, what, accelerator.backend.unwrap_model(model).state_dict(), weights)
+    return weights
+
+
+def _fitting_optimizer(
+    accelerator: Any, optimizer: Any, path: Path, layout: Any, saved: dict[str, Any]
+) -> dict[str, Any]:
+    """Return the optimizer state dict in `path` once it fits `optimizer` (torch checks it too late)."""
+
+    def names() -> dict[int, str]:
+        return parameter_names([accelerator.backend.unwrap_model(m) for m in accelerator.prepared.models])
+
+    check_optimizer_fits(path, optimizer, saved, layout, names)
+    return saved
+
+
+def _layout(reader: FolderReader, index: int) -> Any:
+    layouts = reader.metadata.get(LAYOUT_KEY)
+    return layouts[index] if isinstance(layouts, list) and index < len(layouts) else None
+
+
+def check_fits(accelerator: Any, reader: FolderReader, values: dict[str, Any]) -> None:
+    """Raise CheckpointError if a model or optimizer file does not fit the prepared object it is
+    loaded into, before the backend or a hook loads anything.
+
+    Files and objects pair up by index when their counts agree (no backend or hook keeps some for
+    itself); otherwise the same check runs as each file is decoded, before any object changes.
+    """
+    models, optimizers = accelerator.prepared.models, accelerator.prepared.optimizers
+    model_files = reader.metadata.get("model_files") or []
+    if len(model_files) == len(models):
+        for index, (model, name) in enumerate(zip(models, model_files, strict=True)):
+            if name in values:
+                _fitting_weights(accelerator, model, f"model {index}", reader.folder / name, values[name])
+    if reader.metadata.get("num_optimizers") == len(optimizers):
+        for index, optimizer in enumerate(optimizers):
+            name = f"optimizer{suffix(index)}.bin"
+            if name in values:
+                path = reader.folder / name
+                _fitting_optimizer(accelerator, optimizer, path, _layout(reader, index), values[name])
 
 
 def _restore_loader(loader: Any, state: dict[str, Any], resume_position: bool) -> None:
@@ -79,12 +128,15 @@ def restore_plan(
     `models` are those the load pre-hooks left to load_state.
     """
     restores: list[Restore] = []
-    for model, name in zip(models, reader.metadata.get("model_files", []), strict=True):
-        weights = functools.partial(model_weights, name)
+    for i, (model, name) in enumerate(zip(models, reader.metadata.get("model_files", []), strict=True)):
+        weights = functools.partial(_fitting_weights, accelerator, model, f"model {i}", reader.folder / name)
         restores.append((name, weights, functools.partial(_load_model, accelerator, model)))
     for i, optimizer in enumerate(prepared.optimizers):
-        fits = functools.partial(_fitting_optimizer, optimizer)
-        restores.append((f"optimizer{suffix(i)}.bin", fits, optimizer.load_state_dict))
+        name = f"optimizer{suffix(i)}.bin"
+        fits = functools.partial(
+            _fitting_optimizer, accelerator, optimizer, reader.folder / name, _layout(reader, i)
+        )
+        restores.append((name, fits, optimizer.load_state_dict))
     for i, scheduler in enumerate(prepared.schedulers):
         restores.append((f"scheduler{suffix(i)}.bin", _as_read, scheduler.load_state_dict))
     scaler = accelerator.precision.scaler
@@ -103,15 +155,6 @@ def restore_plan(
         rng = functools.partial(restore_rng_states, loaders)
         restores.append((f"random_states_{rank}.pt", rng_states, rng))
     return restores
-
-
-def _fitting_optimizer(optimizer: Any, saved: dict[str, Any]) -> dict[str, Any]:
-    """Return `saved` if its parameter groups have the sizes of `optimizer`'s (torch checks it too late)."""
-    sizes = [len(group["params"]) for group in saved["param_groups"]]
-    current = [len(group["params"]) for group in getattr(optimizer, "param_groups", [])]
-    if sizes != current:
-        raise ValueError(f"it holds parameter groups of sizes {sizes}; the optimizer's have {current}")
-    return saved
 
 
 def _training_state(loader_count: int, training: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,24 @@ def remove_if_only_listed(folder: Path) -> bool:
     return not os.path.lexists(folder)
 
 
+def removal_problem(folder: Path) -> str | None:
+    """Say why the rotation of checkpoints must not delete `folder`; None when it may."""
+    if os.path.islink(folder):
+        return "it is a symbolic link, not a checkpoint folder"
+    if not os.path.isdir(folder):
+        return "it is not a folder"
+    if not os.listdir(folder):
+        return None
+    listed = checkpoint_files(folder)
+    if listed is None:
+        return f"it is not an accel checkpoint (no valid {METADATA_NAME}), and only checkpoints are deleted"
+    extra = _unlisted_files(folder, listed)
+    if extra:
+        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+        return f"it holds files its checkpoint did not write ({shown}), which are never deleted"
+    return None
+
+
 def remove_checkpoint(folder: Path) -> bool:
     """Delete the checkpoint at `folder` file by file; return False, deleting nothing, when it holds
     files its checkpoint.json does not list (main process, under the folder's lock)."""

@@ -2,7 +2,7 @@
 
 A failed write names its file and cause ("no space left on device while writing ...",
 CheckpointWriteError); files follow the umask. Tensor files are written straight to disk, and
-their content digest is computed meanwhile on the checking thread.
+their content digest (and each tensor's) is computed meanwhile on the checking thread.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 
 from accel.checkpoint_digests import check_later
 from accel.checkpoint_errors import CheckpointError, CheckpointWriteError
-from accel.content_digest import content_digest
+from accel.content_digest import digest_of
 
 
 def _file_mode() -> int:
@@ -87,15 +87,20 @@ def write_bytes_file(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
+def _content_check(obj: Any) -> dict[str, Any]:
+    digest = digest_of(obj)
+    return {"content": digest.whole, "tensors": digest.tensors}
+
+
 class FolderWriter:
     """Writes the files of one checkpoint into its temporary folder and notes how to check each."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._checks: dict[str, concurrent.futures.Future[dict[str, str]]] = {}
+        self._checks: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
 
     def _check_content(self, name: str, obj: Any) -> None:
-        self._checks[name] = check_later(lambda: {"content": content_digest(obj)})
+        self._checks[name] = check_later(_content_check, obj)
 
     def write_torch(self, name: str, obj: Any) -> None:
         self._check_content(name, obj)
@@ -112,6 +117,7 @@ class FolderWriter:
         write_bytes_file(self.folder / name, data)
         self._checks[name] = check_later(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
 
-    def checks(self) -> dict[str, dict[str, str]]:
-        """Return {file name: {"content" or "sha256": hex digest}} of the files written (waits for them)."""
+    def checks(self) -> dict[str, dict[str, Any]]:
+        """Return {file name: {"content": hex digest, "tensors": {path: hex digest}} or {"sha256": hex
+        digest}} of the files written (waits for them)."""
         return {name: future.result() for name, future in self._checks.items()}

@@ -10,12 +10,25 @@ from pathlib import Path
 from typing import Any
 
 from accel.checkpoint_errors import CheckpointError, raise_any_failure
-from accel.checkpoint_folder import abandon_folder, begin_folder, commit_folder, lock_for_reading
+from accel.checkpoint_fit import LAYOUT_KEY, parameter_layout
+from accel.checkpoint_folder import (
+    abandon_folder,
+    agree_on_folder,
+    begin_folder,
+    commit_folder,
+    lock_for_reading,
+)
 from accel.checkpoint_layout import TRAINING_STATE_NAME, suffix, write_model
 from accel.checkpoint_naming import CHECKPOINT_FOLDER, load_dir, project_configuration, prune, save_dir
 from accel.checkpoint_reader import FolderReader
 from accel.checkpoint_registry import CheckpointRegistry, registry_of
-from accel.checkpoint_restore import check_resumable_loaders, expect_count, files_to_read, restore_plan
+from accel.checkpoint_restore import (
+    check_fits,
+    check_resumable_loaders,
+    expect_count,
+    files_to_read,
+    restore_plan,
+)
 from accel.checkpoint_rng import portable_rng_states
 from accel.checkpoint_writer import FolderWriter
 from accel_state import PartialState, PreparedObjects, barrier, gather_object
@@ -29,8 +42,10 @@ def save_state(
 
     Collective: every process must call it. With automatic checkpoint naming, `output_dir=None`
     means the next `checkpoint_<n>` under the project folder, and older ones beyond `total_limit`
-    are deleted once the new one is in place. Only a checkpoint replaces a checkpoint: a folder
-    holding anything else is refused (see `accel.checkpoint_target`).
+    are deleted once the new one is in place (never this one; see `checkpoint_naming.prune`). Only a
+    checkpoint replaces a checkpoint: a folder holding anything else is refused (see
+    `accel.checkpoint_target`). Every rank must pass the same folder (checked before anything is
+    written).
     """
     state = PartialState()
     registry = registry_of(accelerator)
@@ -60,7 +75,7 @@ def save_state(
     config = project_configuration(accelerator)
     if config is not None and config.automatic_checkpoint_naming:
         if state.is_main_process:
-            prune(config)
+            prune(config, final_dir)
         config.iteration += 1
     return str(final_dir)
 
@@ -99,6 +114,7 @@ def _write_main_files(
         "distributed_type": PartialState().distributed_type.value,
         "model_files": model_files,
         "num_optimizers": len(prepared.optimizers),
+        LAYOUT_KEY: [parameter_layout(optimizer) for optimizer in prepared.optimizers],
         "num_schedulers": len(prepared.schedulers),
         "num_custom_objects": len(registry.custom_objects),
         "num_dataloaders": len(loaders),
@@ -119,6 +135,7 @@ def load_state(
     if restore_dataloader_position:
         check_resumable_loaders(accelerator.prepared.data_loaders)
     folder = load_dir(accelerator, input_dir)
+    agree_on_folder("load_state", folder)
     # The main process holds the folder's lock until every rank has read it: no save replaces it meanwhile.
     lock = lock_for_reading(folder) if state.is_main_process else None
     try:
@@ -156,7 +173,7 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
             f"run is {state.distributed_type.value}: its model and optimizer files are in "
             f"{saved_format}'s format; load it with the backend that saved it"
         )
-    values = _read_every_rank(reader, state.process_index, state.is_main_process)
+    values = _read_every_rank(accelerator, reader, state.process_index, state.is_main_process)
     prepared = accelerator.backend.load_checkpoint(accelerator.prepared, folder)
     models = list(prepared.models)
     for hook in registry.load_hooks.values():
@@ -189,8 +206,9 @@ def checkpoint_format(backend: Any) -> str:
     return backend.checkpoint_format
 
 
-def _read_every_rank(reader: FolderReader, rank: int, is_main: bool) -> dict[str, Any]:
-    """Return what the files this rank restores hold, once every rank checked its files (collective).
+def _read_every_rank(accelerator: Any, reader: FolderReader, rank: int, is_main: bool) -> dict[str, Any]:
+    """Return what the files this rank restores hold, once every rank checked its files, and that
+    they fit the prepared objects (collective).
 
     The main process also checks, by their sha256, the files it does not read (a hook's or a
     backend's); each rank checks its own random states. A failed check on any rank is raised on all.
@@ -201,6 +219,7 @@ def _read_every_rank(reader: FolderReader, rank: int, is_main: bool) -> dict[str
     values: dict[str, Any] = {}
     try:
         values = reader.read_checked(names, others)
+        check_fits(accelerator, reader, values)
     except CheckpointError as error:
         failure = error
     message = None if failure is None else str(failure)

@@ -1,26 +1,38 @@
-"""A checksum of what a checkpoint file holds (its tensors and structure), fast enough for every load.
+"""A hash of what a checkpoint file holds (its tensors and structure), fast enough for every load.
 
 Hashing a file's bytes with sha256 runs at about 1 GB/s on one core, which more than doubles the
-time to load a large checkpoint. This digest instead checks what matters: that the objects a file
-gives back are the ones that were saved. Each tensor's bytes are read as 64-bit words and summed
-in blocks with wrap-around arithmetic (vectorised by torch, close to memory bandwidth, and
-independent of the summation order); the block sums are combined with position weights, so a
-flipped bit, a zeroed page or a swapped block all change the result. These numbers, the tensors'
-dtypes and shapes and everything else in the object (keys, numbers, strings) go through sha256,
-which then only sees a few bytes per tensor.
+time to load a large checkpoint. This digest checks what matters instead: that the objects a file
+gives back are the ones that were saved. Each tensor's bytes go through xxh3-128 (xxhash), a hash
+made for checking data at memory speed (about 20 GB/s on one core, outside the GIL), read in place
+from the tensor's memory; the structure around them (keys, numbers, strings) and each tensor's
+128-bit digest (of its dtype, shape and bytes) then go through one more xxh3-128. Any change to
+the bytes, their order included, changes the result; each tensor's own digest is kept too, so that
+a check that fails can name the tensor. Large objects are hashed on several threads.
+
+`DIGEST_NAME` is recorded in every checkpoint. Checkpoints written before it (`accel-content-v1`,
+block sums) are still checked with their own algorithm (`accel.content_digest_v1`).
 """
 
 from __future__ import annotations
 
-import hashlib
+import concurrent.futures
+import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import torch
+import xxhash
 
-DIGEST_NAME = "accel-content-v1"
-_BLOCK_WORDS = 4096
-_SMALL_BYTES = 1 << 16
+DIGEST_NAME = "accel-content-v2-xxh3-128"
+
+
+@dataclasses.dataclass(frozen=True)
+class Digest:
+    """The digest of a whole object, and of each tensor in it by its path (`state.0.exp_avg`)."""
+
+    whole: str
+    tensors: dict[str, str]
 
 
 def content_digest(obj: Any) -> str:
@@ -29,34 +41,85 @@ def content_digest(obj: Any) -> str:
     Equal for an object before `torch.save`/safetensors and after loading it back, on any device;
     dict key order does not matter (safetensors reorders keys).
     """
-    sha = hashlib.sha256()
-    _feed(sha, obj)
-    return sha.hexdigest()
+    return digest_of(obj).whole
 
 
-def _feed(sha: Any, obj: Any) -> None:
-    if isinstance(obj, torch.Tensor):
-        sha.update(f"T{obj.dtype}{tuple(obj.shape)}:".encode())
-        sha.update(_tensor_sums(obj))
-    elif isinstance(obj, Mapping):
-        sha.update(f"D{len(obj)}:".encode())
-        for key in sorted(obj, key=repr):
-            _feed(sha, key)
-            _feed(sha, obj[key])
-    elif isinstance(obj, list | tuple):
-        sha.update(f"{'L' if isinstance(obj, list) else 'U'}{len(obj)}:".encode())
-        for item in obj:
-            _feed(sha, item)
-    elif isinstance(obj, set | frozenset):
-        sha.update(f"S{len(obj)}:".encode())
-        for text in sorted(repr(item) for item in obj):
-            sha.update(text.encode() + b";")
+def digest_of(obj: Any) -> Digest:
+    """Return the digest of `obj` and of each tensor in it.
+
+    The tensors of a large object are hashed on several threads (xxhash runs outside the GIL), so
+    that the digest of the last file a load reads, which no reading overlaps, takes little time.
+    """
+    found: list[tuple[str, torch.Tensor]] = []
+    structure = xxhash.xxh3_128()
+    _feed(structure, found, (), obj)
+    size = sum(t.numel() * t.element_size() for _, t in found)
+    if len(found) > 1 and size >= _PARALLEL_BYTES:
+        digests = list(_hashing_pool().map(tensor_digest, [t for _, t in found]))
     else:
-        sha.update(f"{type(obj).__name__}={obj!r};".encode())
+        digests = [tensor_digest(t) for _, t in found]
+    whole = xxhash.xxh3_128(structure.digest())
+    tensors: dict[str, str] = {}
+    for (name, _), digest in zip(found, digests, strict=True):
+        whole.update(digest)
+        while name in tensors:  # two paths that print alike ("a.b" and a -> b): keep both
+            name += "'"
+        tensors[name] = digest.hex()
+    return Digest(whole.hexdigest(), tensors)
 
 
-def _tensor_sums(tensor: torch.Tensor) -> bytes:
-    """Return a fingerprint of the bytes: sha256 when small, position-weighted block sums when large."""
+_PARALLEL_BYTES = 16 << 20
+_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _hashing_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Return this process's hashing threads (a forked child gets its own)."""
+    global _pool
+    if _pool is None or _pool[0] != os.getpid():
+        workers = max(1, min(4, os.cpu_count() or 1))
+        _pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(workers, "accel-digest"))
+    return _pool[1]
+
+
+def tensor_path(path: tuple[Any, ...]) -> str:
+    """Return how a tensor's place in an object is written: its keys and indices joined by dots."""
+    return ".".join(str(part) for part in path)
+
+
+def _feed(hasher: Any, found: list[tuple[str, torch.Tensor]], path: tuple[Any, ...], obj: Any) -> None:
+    """Hash the structure of `obj` into `hasher`, a mark in each tensor's place; note each tensor
+    (with its path) in `found`, in order."""
+    if isinstance(obj, torch.Tensor):
+        found.append((tensor_path(path), obj))
+        hasher.update(b"T")
+    elif isinstance(obj, Mapping):
+        hasher.update(f"D{len(obj)}:".encode())
+        for key in sorted(obj, key=repr):
+            _feed(hasher, found, path, key)
+            _feed(hasher, found, (*path, key), obj[key])
+    elif isinstance(obj, list | tuple):
+        hasher.update(f"{'L' if isinstance(obj, list) else 'U'}{len(obj)}:".encode())
+        for index, item in enumerate(obj):
+            _feed(hasher, found, (*path, index), item)
+    elif isinstance(obj, set | frozenset):
+        hasher.update(f"S{len(obj)}:".encode())
+        for text in sorted(repr(item) for item in obj):
+            hasher.update(text.encode() + b";")
+    else:
+        hasher.update(f"{type(obj).__name__}={obj!r};".encode())
+
+
+def tensor_digest(tensor: torch.Tensor) -> bytes:
+    """Return the 16-byte xxh3-128 of a tensor's dtype, shape and bytes (read in place when it can)."""
+    hasher = xxhash.xxh3_128(f"{tensor.dtype}{tuple(tensor.shape)}:".encode())
+    hasher.update(tensor_bytes(tensor))
+    return hasher.digest()
+
+
+def tensor_bytes(tensor: torch.Tensor) -> Any:
+    """Return a buffer of the tensor's bytes in row-major order: its own memory when it is a
+    contiguous CPU tensor, else a contiguous CPU copy. Any dtype (bf16, float8, bool, complex), since
+    the bytes are viewed as uint8."""
     data = tensor.detach()
     if data.device.type == "meta":
         return b"meta"
@@ -64,17 +127,9 @@ def _tensor_sums(tensor: torch.Tensor) -> bytes:
         data = data.int_repr()
     if data.layout != torch.strided:
         data = data.to_dense()
-    data = data.resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
-    if data.numel() <= _SMALL_BYTES:  # a few torch calls would cost more than hashing the bytes
-        return hashlib.sha256(data.cpu().numpy().tobytes()).digest()
-    whole = data.numel() // 8 * 8
-    try:
-        words = data[:whole].view(torch.int64)
-    except RuntimeError:  # storage offset not a multiple of 8 bytes
-        words = data[:whole].clone().view(torch.int64)
-    blocks = words.numel() // _BLOCK_WORDS
-    sums = words[: blocks * _BLOCK_WORDS].view(blocks, _BLOCK_WORDS).sum(1)
-    weights = torch.arange(1, blocks + 1, dtype=torch.int64, device=sums.device)
-    rest = words[blocks * _BLOCK_WORDS :].cpu().numpy().tobytes() + bytes(data[whole:].cpu().tolist())
-    plain, weighted = int(sums.sum()) % 2**64, int((sums * weights).sum()) % 2**64
-    return plain.to_bytes(8, "little") + weighted.to_bytes(8, "little") + hashlib.sha256(rest).digest()
+    data = data.resolve_conj().resolve_neg()
+    if data.device.type != "cpu":
+        data = data.cpu()
+    if data.numel() == 0:
+        return b""
+    return data.contiguous().reshape(-1).view(torch.uint8).numpy()
