@@ -18,6 +18,7 @@ FSDP_VARS = (
     "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING",
     "ACCEL_FSDP_ACTIVATION_CHECKPOINTING",
     "ACCEL_FSDP_OFFLOAD_PARAMS",
+    "ACCEL_FSDP_SHARDING_STRATEGY",
 )
 
 # What Accelerate's `accelerate config` writes for an FSDP2 job.
@@ -77,7 +78,8 @@ def test_use_fsdp_and_its_flags_reach_the_workers(script, launched):
          "--fsdp_transformer_layer_cls_to_wrap", "Block,Head",
          "--fsdp_min_num_params", "1000", "--fsdp_reshard_after_forward", "false",
          "--fsdp_state_dict_type", "FULL_STATE_DICT", "--fsdp_cpu_ram_efficient_loading", "true",
-         "--fsdp_activation_checkpointing", "true", "--fsdp_offload_params", "false", script],
+         "--fsdp_activation_checkpointing", "true", "--fsdp_offload_params", "false",
+         "--fsdp_sharding_strategy", "SHARD_GRAD_OP", script],
         launched,
     )  # fmt: skip
     assert env["ACCEL_DISTRIBUTED_TYPE"] == "FSDP"
@@ -91,6 +93,7 @@ def test_use_fsdp_and_its_flags_reach_the_workers(script, launched):
         "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING": "true",
         "ACCEL_FSDP_ACTIVATION_CHECKPOINTING": "true",
         "ACCEL_FSDP_OFFLOAD_PARAMS": "false",
+        "ACCEL_FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP",
     }
 
 
@@ -110,10 +113,46 @@ def test_an_accelerate_fsdp_config_file_reaches_the_workers(tmp_path, script, la
     assert env["ACCEL_FSDP_STATE_DICT_TYPE"] == "SHARDED_STATE_DICT"
 
 
+# What Accelerate's `accelerate config` wrote for an FSDP1 job (FSDP2 runs it).
+_ACCELERATE_FSDP1_FILE = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_backward_prefetch: BACKWARD_PRE
+  fsdp_forward_prefetch: false
+  fsdp_offload_params: false
+  fsdp_sharding_strategy: {strategy}
+  fsdp_state_dict_type: FULL_STATE_DICT
+  fsdp_sync_module_states: true
+  fsdp_transformer_layer_cls_to_wrap: BertLayer
+  fsdp_use_orig_params: true
+num_machines: 1
+num_processes: 2
+use_cpu: true
+"""
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [("SHARD_GRAD_OP", "SHARD_GRAD_OP"), ("1", "1")])
+def test_an_accelerate_fsdp1_config_file_runs_its_sharding_strategy(
+    tmp_path, script, launched, strategy, expected
+):
+    config = tmp_path / "acc.yaml"
+    config.write_text(_ACCELERATE_FSDP1_FILE.format(strategy=strategy))
+    env = _launch(["--config_file", str(config), script], launched)
+    assert env["ACCEL_DISTRIBUTED_TYPE"] == "FSDP"
+    assert env["ACCEL_FSDP_SHARDING_STRATEGY"] == expected
+    assert env["ACCEL_FSDP_STATE_DICT_TYPE"] == "FULL_STATE_DICT"
+
+
 @pytest.mark.parametrize(
     ("section", "expected"),
     [
-        ("  fsdp_sharding_strategy: FULL_SHARD\n", "key 'fsdp_config.fsdp_sharding_strategy' is unknown"),
+        (
+            "  fsdp_sharding_stratgy: FULL_SHARD\n",
+            "key 'fsdp_config.fsdp_sharding_stratgy' is unknown (did you mean 'fsdp_config.fsdp_sharding_",
+        ),
+        ("  fsdp_sharding_strategy: 7\n", "key 'fsdp_config.fsdp_sharding_strategy' must be one of"),
         (
             "  fsdp_state_dict_type: LOCAL_STATE_DICT\n",
             "key 'fsdp_config.fsdp_state_dict_type' must be one of",

@@ -23,6 +23,7 @@ FSDP_VARS = (
     "ACCEL_FSDP_CPU_RAM_EFFICIENT_LOADING",
     "ACCEL_FSDP_ACTIVATION_CHECKPOINTING",
     "ACCEL_FSDP_OFFLOAD_PARAMS",
+    "ACCEL_FSDP_SHARDING_STRATEGY",
 )
 
 
@@ -55,6 +56,20 @@ def test_unset_fields_come_from_the_launchers_variables(monkeypatch):
     assert plugin.reshard_after_forward is False
     assert plugin.state_dict_type == "SHARDED_STATE_DICT", "the script's value wins over the launcher's"
     assert plugin.activation_checkpointing is True and plugin.cpu_ram_efficient_loading is True
+
+
+def test_the_launchers_sharding_strategy_is_run_unless_the_script_gives_one(monkeypatch):
+    monkeypatch.setenv("ACCEL_FSDP_SHARDING_STRATEGY", "2")  # an older Accelerate file's SHARD_GRAD_OP
+    plugin = FullyShardedDataParallelPlugin()
+    assert (plugin.sharding_strategy, plugin.reshard_after_forward) == ("SHARD_GRAD_OP", False)
+    assert plugin.sources["sharding_strategy"].startswith("--fsdp_sharding_strategy")
+    scripted = FullyShardedDataParallelPlugin(sharding_strategy="FULL_SHARD")
+    assert (scripted.sharding_strategy, scripted.reshard_after_forward) == ("FULL_SHARD", True)
+    monkeypatch.setenv("ACCEL_FSDP_SHARDING_STRATEGY", "QUARTER_SHARD")
+    with pytest.raises(
+        FsdpConfigError, match=r"--fsdp_sharding_strategy \(ACCEL_FSDP_SHARDING_STRATEGY=QUARTER_SHARD\)"
+    ):
+        FullyShardedDataParallelPlugin()
 
 
 def test_a_mixed_precision_policy_of_fsdp_is_kept():

@@ -18,6 +18,7 @@ from accel_state.choices import (
     CONFIG_MIXED_PRECISION_CHOICES,
     DEEPSPEED_OFFLOAD_DEVICES,
     FSDP_AUTO_WRAP_POLICIES,
+    FSDP_SHARDING_STRATEGIES,
     FSDP_STATE_DICT_TYPES,
     ZERO_STAGES,
 )
@@ -224,6 +225,13 @@ _FSDP_KEYS = (
         None,
         "Offload parameters, gradients and optimizer states to the CPU (GPU runs).",
     ),
+    ConfigKey(
+        "fsdp_sharding_strategy",
+        "choice",
+        None,
+        "FSDP1's strategy, run by FSDP2: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (or 1-5).",
+        (*FSDP_SHARDING_STRATEGIES, "1", "2", "3", "4", "5"),
+    ),
 )
 FSDP_KEYS: dict[str, ConfigKey] = {key.name: key for key in _FSDP_KEYS}
 # The sections of a file whose keys are typed; the other mappings are passed over unchecked.
@@ -286,6 +294,13 @@ PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "tp_config": ("tp_size",),
     # Used by DeepSpeed's own multi-machine launchers, which accel refuses (deepspeed_multinode_launcher).
     DEEPSPEED_SECTION: ("deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter"),
+    # FSDP1's keys that FSDP2 already honours whatever their value (accel_state.fsdp1_options says why).
+    FSDP_SECTION: (
+        "fsdp_backward_prefetch",
+        "fsdp_forward_prefetch",
+        "fsdp_use_orig_params",
+        "fsdp_sync_module_states",
+    ),
 }
 # Section keys that are settings under their own name (flag, env var, `config show`), and the
 # section each comes from. A section key named like a top-level key (gradient_accumulation_steps)
@@ -335,6 +350,8 @@ def coerce_value(key: ConfigKey, value: Any) -> Any:
         if value is False:
             # YAML 1.1 reads an unquoted `NO` / `no` as false; Accelerate's files quote it, people may not.
             value = "no" if "no" in key.choices else "NO"
+        if isinstance(value, int) and not isinstance(value, bool) and str(value) in key.choices:
+            value = str(value)  # older Accelerate files write `fsdp_sharding_strategy: 1`
         if not isinstance(value, str) or value not in key.choices:
             raise ConfigError(f"must be one of {', '.join(key.choices)}, got {value!r}")
         return value

@@ -120,6 +120,7 @@ def fsdp_env_names() -> dict[str, str]:
         "fsdp_cpu_ram_efficient_loading": env_vars.FSDP_CPU_RAM_EFFICIENT_LOADING,
         "fsdp_activation_checkpointing": env_vars.FSDP_ACTIVATION_CHECKPOINTING,
         "fsdp_offload_params": env_vars.FSDP_OFFLOAD_PARAMS,
+        "fsdp_sharding_strategy": env_vars.FSDP_SHARDING_STRATEGY,
     }
 
 

@@ -49,3 +49,6 @@ DEEPSPEED_OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 FSDP_VERSIONS = (2,)
 FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 FSDP_STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
+# FSDP1's sharding strategies (Accelerate's `fsdp_sharding_strategy`), in ShardingStrategy's order:
+# older Accelerate config files write their numbers 1-5. accel_state.fsdp1_options maps them onto FSDP2.
+FSDP_SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")

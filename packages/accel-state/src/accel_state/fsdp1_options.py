@@ -30,13 +30,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 = SHARDING_STRATEGIES = (
-    "FULL_SHARD",
-    "SHARD_GRAD_OP",
-    "NO_SHARD",
-    "HYBRID_SHARD",
-    "HYBRID_SHARD_ZERO2",
-)
+from accel_state.choices import FSDP_SHARDING_STRATEGIES
+
+SHARDING_STRATEGIES = FSDP_SHARDING_STRATEGIES
+FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 = SHARDING_STRATEGIES
 # Whether FSDP2 frees the gathered parameters after forward, per strategy.
 RESHARD_AFTER_FORWARD = {
     FULL_SHARD: True,

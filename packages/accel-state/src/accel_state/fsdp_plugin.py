@@ -40,6 +40,7 @@ _FROM_LAUNCHER: dict[str, tuple[str, str]] = {
     ),
     "activation_checkpointing": (env_vars.FSDP_ACTIVATION_CHECKPOINTING, "--fsdp_activation_checkpointing"),
     "cpu_offload": (env_vars.FSDP_OFFLOAD_PARAMS, "--fsdp_offload_params"),
+    "sharding_strategy": (env_vars.FSDP_SHARDING_STRATEGY, "--fsdp_sharding_strategy"),
 }
 _FLAGS = ("reshard_after_forward", "cpu_ram_efficient_loading", "activation_checkpointing", "cpu_offload")
 # FSDP1's flags, accepted without effect (accel_state.fsdp1_options says why); still checked.
