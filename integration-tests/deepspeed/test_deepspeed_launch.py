@@ -403,3 +403,46 @@ def test_fp16_on_deepspeeds_cpu_accelerator_is_one_clear_error(tmp_path):
         "mixed precision fp16 is not supported by DeepSpeed's cpu accelerator; use bf16 or no"
         in result.stderr
     )
+
+
+def test_a_launch_flag_the_script_contradicts_is_one_error_naming_both(tmp_path):
+    script = tmp_path / "stage3.py"
+    script.write_text(
+        "from accel import Accelerator, DeepSpeedPlugin\n"
+        "Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))\n"
+        "print('started')\n"
+    )
+    result = launch_script(script, 2, launch_args=["--use_deepspeed", "--zero_stage", "2"])
+    assert result.returncode != 0 and "started" not in result.stdout
+    named = [
+        line
+        for line in result.stderr.splitlines()
+        if "the script's DeepSpeedPlugin(zero_stage=3)" in line
+        and "the launcher's --zero_stage (ACCEL_DEEPSPEED_ZERO_STAGE=2)" in line
+    ]
+    assert named, result.stderr[-3000:]
+
+
+def test_deepspeeds_deprecations_are_left_out_but_the_scripts_own_warnings_shown(tmp_path):
+    script = tmp_path / "warns.py"
+    script.write_text(
+        "import warnings, torch, torch.distributed as dist\n"
+        "from accel import Accelerator, DeepSpeedPlugin\n"
+        "accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        "accelerator.backward(model(torch.ones(2, 4)).sum())\n"  # ZeRO-3 all-gathers, reduce-scatters
+        "optimizer.step()\n"
+        "warnings.warn('the script is old', FutureWarning)\n"
+        "dist.all_gather_into_tensor(torch.zeros(2), torch.ones(1))\n"  # a deprecated call of its own
+        "accelerator.print(accelerator.distributed_type.value, model.zero_optimization_stage())\n"
+    )
+    result = launch_script(script, 2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == ["DEEPSPEED", "3"], result.stdout[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "Warning:" in line]
+    assert sum("warns.py" in line and "FutureWarning: the script is old" in line for line in lines) == 2
+    # Each rank's own call warns once; DeepSpeed's many calls add nothing.
+    assert sum("all_gather_into_tensor` is deprecated" in line for line in lines) == 2, lines
+    assert len(lines) == 4, lines
