@@ -41,6 +41,7 @@ DEEPSPEED_CONFIG = {
     "train_micro_batch_size_per_gpu": BATCH,
     "gradient_accumulation_steps": 1,
     "zero_optimization": {"stage": 2},
+    "gradient_clipping": 0.0,  # DeepSpeed would clip to 1.0 without the key; accel writes 0.0
     "zero_allow_untested_optimizer": True,
     "steps_per_print": 2**31 - 1,
 }

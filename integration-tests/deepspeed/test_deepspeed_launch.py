@@ -20,8 +20,10 @@ HERE = Path(__file__).resolve().parent
 DS_ENV = {"ACCEL_DISTRIBUTED_TYPE": "DEEPSPEED", "DS_ACCELERATOR": "cpu"}
 FP32_TOLERANCE = 1e-5
 BF16_TOLERANCE = 5e-2
-# Small enough that every step clips. (Unclipped, a hand-driven DeepSpeed engine with torch AdamW
-# itself drifts from DDP from its second step on, by about the learning rate; clipped, all agree.)
+# Measured: 0 without clipping at accumulation 1 (every stage), at most 6e-8 otherwise (the clip
+# coefficient and ZeRO-2/3's per-micro-batch reduction round differently).
+PLAIN_TOLERANCE = 1e-6
+# Small enough that every step clips.
 CLIP = 0.05
 ACCUMULATION = 2
 
@@ -56,8 +58,18 @@ def _loss(model, batch):  # noqa: ANN001, ANN202
     return torch.nn.functional.mse_loss(model(x.to(dtype)).float(), y)
 
 
-def train(plugin_kwargs: dict | None, mixed_precision: str, clip: float | None, epochs: int = 1) -> dict:
-    """Train the fixed MLP (AdamW, accumulation 2, batch 4 per rank); return the full weights."""
+def train(
+    plugin_kwargs: dict | None,
+    mixed_precision: str,
+    clip: float | None,
+    epochs: int = 1,
+    accumulation: int = ACCUMULATION,
+    shuffle: bool = False,
+) -> dict:
+    """Train the fixed MLP (torch AdamW, batch 4 per rank); return the full weights.
+
+    `clip` is handed to `accelerator.clip_grad_norm_` on every sync step (None: no call).
+    """
     import torch
 
     from accel import Accelerator, DeepSpeedPlugin
@@ -65,11 +77,12 @@ def train(plugin_kwargs: dict | None, mixed_precision: str, clip: float | None, 
     _reset()
     plugin = DeepSpeedPlugin(**plugin_kwargs) if plugin_kwargs is not None else None
     accelerator = Accelerator(
-        deepspeed_plugin=plugin, mixed_precision=mixed_precision, gradient_accumulation_steps=ACCUMULATION
+        deepspeed_plugin=plugin, mixed_precision=mixed_precision, gradient_accumulation_steps=accumulation
     )
     model = _model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(_data(), batch_size=4)
+    generator = torch.Generator().manual_seed(1) if shuffle else None
+    loader = torch.utils.data.DataLoader(_data(), batch_size=4, shuffle=shuffle, generator=generator)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     for _ in range(epochs):
         for batch in loader:
@@ -82,7 +95,8 @@ def train(plugin_kwargs: dict | None, mixed_precision: str, clip: float | None, 
     return {k: v.float().tolist() for k, v in accelerator.get_state_dict(model).items()}
 
 
-def train_each(configs: list[tuple[dict | None, str, float | None]]) -> list[dict]:
+def train_each(configs: list[tuple]) -> list[dict]:
+    """Train each configuration in turn in one job (the shared state is reset between them)."""
     return [train(*config) for config in configs]
 
 
@@ -111,6 +125,40 @@ def test_zero_stages_match_the_native_backend_with_accumulation_and_clipping():
         reference, tolerance = (native_clipped, FP32_TOLERANCE) if fp32 else (native_bf16, BF16_TOLERANCE)
         difference = _max_difference(weights, reference)
         assert difference <= tolerance, f"{kwargs} {precision}: {difference} from the native backend"
+
+
+# The plain loop: every stage x accumulation 1 and 2 x clipping or not, 2 epochs of a shuffled loader.
+PLAIN_EPOCHS = 2
+
+
+def _plain(accumulation: int, clip: float | None, plugin_kwargs: dict | None = None) -> tuple:
+    return (plugin_kwargs, "no", clip, PLAIN_EPOCHS, accumulation, True)
+
+
+def test_every_zero_stage_gives_the_native_weights_in_the_plain_loop():
+    runs = [(accumulation, clip) for accumulation in (1, 2) for clip in (None, CLIP)]
+    native = dict(zip(runs, run_on_ranks(train_each, 2, [_plain(*run) for run in runs])[0], strict=True))
+    assert _max_difference(native[(1, None)], native[(1, CLIP)]) > 1e-3, "the clip must change the run"
+    assert _max_difference(native[(1, None)], native[(2, None)]) > 1e-3, "accumulation must change the run"
+    configs = [(stage, *run) for stage in (0, 1, 2, 3) for run in runs]
+    # Clipping asked for in the plugin, not in the loop, clips the same.
+    configs += [(stage, accumulation, "plugin") for stage in (0, 3) for accumulation in (1, 2)]
+    calls = [
+        _plain(accumulation, None, {"zero_stage": stage, "gradient_clipping": CLIP})
+        if clip == "plugin"
+        else _plain(accumulation, clip, {"zero_stage": stage})
+        for stage, accumulation, clip in configs
+    ]
+    per_rank = run_on_ranks(train_each, 2, calls, env=DS_ENV, timeout=400)
+    assert per_rank[0] == per_rank[1], "every rank must see the same consolidated weights"
+    differences = {}
+    for (stage, accumulation, clip), weights in zip(configs, per_rank[0], strict=True):
+        reference = native[(accumulation, CLIP if clip == "plugin" else clip)]
+        differences[(stage, accumulation, clip)] = _max_difference(weights, reference)
+    worst = {key: value for key, value in differences.items() if value > PLAIN_TOLERANCE}
+    assert not worst, f"(stage, accumulation, clip) -> difference from the native backend: {worst}"
+    # Without clipping or accumulation nothing is summed in another order: the weights are equal.
+    assert all(differences[(stage, 1, None)] == 0.0 for stage in (0, 1, 2, 3)), differences
 
 
 # Save and load into a fresh job --------------------------------------------------------------------
@@ -355,3 +403,46 @@ def test_fp16_on_deepspeeds_cpu_accelerator_is_one_clear_error(tmp_path):
         "mixed precision fp16 is not supported by DeepSpeed's cpu accelerator; use bf16 or no"
         in result.stderr
     )
+
+
+def test_a_launch_flag_the_script_contradicts_is_one_error_naming_both(tmp_path):
+    script = tmp_path / "stage3.py"
+    script.write_text(
+        "from accel import Accelerator, DeepSpeedPlugin\n"
+        "Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))\n"
+        "print('started')\n"
+    )
+    result = launch_script(script, 2, launch_args=["--use_deepspeed", "--zero_stage", "2"])
+    assert result.returncode != 0 and "started" not in result.stdout
+    named = [
+        line
+        for line in result.stderr.splitlines()
+        if "the script's DeepSpeedPlugin(zero_stage=3)" in line
+        and "the launcher's --zero_stage (ACCEL_DEEPSPEED_ZERO_STAGE=2)" in line
+    ]
+    assert named, result.stderr[-3000:]
+
+
+def test_deepspeeds_deprecations_are_left_out_but_the_scripts_own_warnings_shown(tmp_path):
+    script = tmp_path / "warns.py"
+    script.write_text(
+        "import warnings, torch, torch.distributed as dist\n"
+        "from accel import Accelerator, DeepSpeedPlugin\n"
+        "accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3))\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        "accelerator.backward(model(torch.ones(2, 4)).sum())\n"  # ZeRO-3 all-gathers, reduce-scatters
+        "optimizer.step()\n"
+        "warnings.warn('the script is old', FutureWarning)\n"
+        "dist.all_gather_into_tensor(torch.zeros(2), torch.ones(1))\n"  # a deprecated call of its own
+        "accelerator.print(accelerator.distributed_type.value, model.zero_optimization_stage())\n"
+    )
+    result = launch_script(script, 2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == ["DEEPSPEED", "3"], result.stdout[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "Warning:" in line]
+    assert sum("warns.py" in line and "FutureWarning: the script is old" in line for line in lines) == 2
+    # Each rank's own call warns once; DeepSpeed's many calls add nothing.
+    assert sum("all_gather_into_tensor` is deprecated" in line for line in lines) == 2, lines
+    assert len(lines) == 4, lines

@@ -87,6 +87,15 @@ def test_clipping_is_set_on_the_engine_and_a_different_configured_value_is_refus
         configured.clip_grad_norm_([], 0.5)
 
 
+def test_clip_grad_norm_clips_where_the_json_leaves_clipping_to_auto(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text('{"gradient_clipping": "auto"}')
+    backend, engine = _backend(DeepSpeedPlugin(hf_ds_config=str(path)))
+    assert backend.resolved.config["gradient_clipping"] == 0.0  # off until asked
+    backend.clip_grad_norm_([], 0.25)
+    assert engine._config.gradient_clipping == 0.25 and engine.optimizer.clip_grad == 0.25
+
+
 def test_accumulation_from_the_json_becomes_the_runs_accumulation(tmp_path):
     path = tmp_path / "ds.json"
     path.write_text('{"gradient_accumulation_steps": 3}')

@@ -34,7 +34,30 @@ def test_without_a_json_the_plugin_builds_zero_2_with_accumulation_and_precision
     assert config["gradient_accumulation_steps"] == 4 == resolved.gradient_accumulation_steps
     assert config["bf16"] == {"enabled": True} and resolved.mixed_precision == "bf16"
     assert config["train_micro_batch_size_per_gpu"] == 8 and config["train_batch_size"] == 64
-    assert "gradient_clipping" not in config
+    assert config["gradient_clipping"] == 0.0 and not resolved.clipping_asked
+
+
+@pytest.mark.parametrize(
+    ("json_config", "plugin_kwargs", "env", "clip", "asked"),
+    [
+        (None, {}, {}, 0.0, False),  # DeepSpeed would clip to 1.0 without the key
+        ({"gradient_clipping": "auto"}, {}, {}, 0.0, False),  # Accelerate fills "auto" with 1.0
+        ({"gradient_clipping": "auto"}, {"gradient_clipping": 0.3}, {}, 0.3, True),
+        ({"gradient_clipping": 0.7}, {}, {}, 0.7, True),
+        (None, {}, {"ACCEL_GRADIENT_CLIPPING": "2.0"}, 2.0, True),
+        (None, {"gradient_clipping": 0.0}, {}, 0.0, True),
+    ],
+)
+def test_gradients_are_clipped_only_where_the_user_asks(
+    tmp_path, monkeypatch, json_config, plugin_kwargs, env, clip, asked
+):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if json_config is not None:
+        plugin_kwargs = {**plugin_kwargs, "hf_ds_config": str(_json(tmp_path, json_config))}
+    resolved = resolve_config(DeepSpeedPlugin(**plugin_kwargs))
+    config = fill_prepare_values(resolved, micro_batch_size=4, world_size=2)
+    assert config["gradient_clipping"] == clip and resolved.clipping_asked is asked
 
 
 def test_auto_values_are_filled_and_unfillable_ones_dropped(tmp_path):
@@ -106,14 +129,50 @@ def test_the_plugin_and_the_accelerator_disagreeing_on_accumulation_is_an_error(
         )
 
 
-def test_launcher_values_fill_unset_fields_and_the_script_wins(monkeypatch):
+def test_launcher_values_fill_unset_fields_and_equal_ones_agree(monkeypatch):
     monkeypatch.setenv("ACCEL_DEEPSPEED_ZERO_STAGE", "3")
     monkeypatch.setenv("ACCEL_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "cpu")
     monkeypatch.setenv("ACCEL_GRADIENT_CLIPPING", "1.5")
     plugin = DeepSpeedPlugin()
     assert plugin.zero_stage == 3 and plugin.offload_param_device == "cpu" and plugin.gradient_clipping == 1.5
-    assert plugin.settings["zero_stage"].source == "--zero_stage (ACCEL_DEEPSPEED_ZERO_STAGE=3)"
-    assert DeepSpeedPlugin(zero_stage=1, offload_param_device="none").zero_stage == 1
+    launcher = "the launcher's --zero_stage (ACCEL_DEEPSPEED_ZERO_STAGE=3)"
+    assert plugin.settings["zero_stage"].source == launcher
+    same = DeepSpeedPlugin(zero_stage=3, offload_param_device="CPU", gradient_clipping=1.5)
+    assert same.settings["zero_stage"].source == "the script's DeepSpeedPlugin(zero_stage=3)"
+
+
+@pytest.mark.parametrize(
+    ("variable", "launched", "kwargs", "named"),
+    [
+        ("ACCEL_DEEPSPEED_ZERO_STAGE", "2", {"zero_stage": 3},
+         ["DeepSpeedPlugin(zero_stage=3)", "--zero_stage (ACCEL_DEEPSPEED_ZERO_STAGE=2)"]),
+        ("ACCEL_GRADIENT_CLIPPING", "0.5", {"gradient_clipping": 1.0},
+         ["DeepSpeedPlugin(gradient_clipping=1.0)", "--gradient_clipping (ACCEL_GRADIENT_CLIPPING=0.5)"]),
+        ("ACCEL_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu", {"offload_optimizer_device": "none"},
+         ["DeepSpeedPlugin(offload_optimizer_device='none')",
+          "--offload_optimizer_device (ACCEL_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE=cpu)"]),
+        ("ACCEL_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "none", {"zero_stage": 3, "offload_param_device": "cpu"},
+         ["DeepSpeedPlugin(offload_param_device='cpu')",
+          "--offload_param_device (ACCEL_DEEPSPEED_OFFLOAD_PARAM_DEVICE=none)"]),
+        ("ACCEL_DEEPSPEED_ZERO3_INIT", "false", {"zero3_init_flag": True},
+         ["DeepSpeedPlugin(zero3_init_flag=True)", "--zero3_init_flag (ACCEL_DEEPSPEED_ZERO3_INIT=false)"]),
+        ("ACCEL_GRADIENT_ACCUMULATION_STEPS", "2", {"gradient_accumulation_steps": 4},
+         ["DeepSpeedPlugin(gradient_accumulation_steps=4)",
+          "--gradient_accumulation_steps (ACCEL_GRADIENT_ACCUMULATION_STEPS=2)"]),
+        ("ACCEL_DEEPSPEED_CONFIG_FILE", "/elsewhere/ds.json", {"hf_ds_config": {"zero_optimization": {}}},
+         ["DeepSpeedPlugin(hf_ds_config={...})", "--deepspeed_config_file"]),
+    ],
+)  # fmt: skip
+def test_a_field_the_script_and_the_launcher_set_differently_is_one_error_naming_both(
+    monkeypatch, variable, launched, kwargs, named
+):
+    monkeypatch.setenv(variable, launched)
+    with pytest.raises(DeepSpeedConfigError) as raised:
+        DeepSpeedPlugin(**kwargs)
+    message = str(raised.value)
+    assert "\n" not in message and "disagree" in message
+    for part in named:
+        assert part in message
 
 
 def test_launcher_value_conflicting_with_the_json_names_the_flag(tmp_path, monkeypatch):

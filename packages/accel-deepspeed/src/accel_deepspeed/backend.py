@@ -21,6 +21,7 @@ import torch
 
 from accel_deepspeed.config_errors import DeepSpeedConfigError
 from accel_deepspeed.config_resolution import ResolvedConfig, fill_prepare_values, resolve_config
+from accel_deepspeed.deepspeed_warnings import ignore_deepspeed_deprecations
 from accel_deepspeed.engine_objects import EnginePrecision, EngineScheduler
 from accel_deepspeed.engine_weights import consolidated_state_dict, load_full_state_dict
 from accel_deepspeed.optimizer_sections import check_optimizer, check_scheduler
@@ -86,7 +87,7 @@ class DeepSpeedBackend(BackendDefaults):
         self.precision = EnginePrecision(self.resolved.mixed_precision)
         self.engine: Any = None
         self._loader_batch_size: int | None = None
-        self._clip_from_config = self.resolved.config.get("gradient_clipping") not in (None, "auto")
+        self._clip_from_config = self.resolved.clipping_asked
 
     # Preparing ---------------------------------------------------------------------------------
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
@@ -124,6 +125,7 @@ class DeepSpeedBackend(BackendDefaults):
         return objects
 
     def _initialize(self, model: torch.nn.Module, optimizer: Any, scheduler: Any) -> tuple[Any, Any, Any]:
+        ignore_deepspeed_deprecations()
         import deepspeed
 
         resolved = self.resolved
@@ -286,6 +288,7 @@ def _check_precision_supported(mode: str) -> None:
     """Refuse, at Accelerator(), a precision DeepSpeed's accelerator cannot run (fp16 on the CPU)."""
     if mode == "no":
         return
+    ignore_deepspeed_deprecations()
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()

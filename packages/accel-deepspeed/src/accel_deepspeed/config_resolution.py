@@ -23,6 +23,8 @@ AUTO = "auto"
 _MISSING = object()
 # DeepSpeed prints its progress every `steps_per_print` steps; a training script prints its own.
 _QUIET_STEPS = 2**31 - 1
+# DeepSpeed's "off" for gradient_clipping (its engines clip only when the value is above 0).
+NO_CLIPPING = 0.0
 
 
 def _lookup(config: dict[str, Any], path: str) -> Any:
@@ -61,6 +63,8 @@ class ResolvedConfig:
     gradient_accumulation_steps: int
     mixed_precision: str
     stage: int
+    # True when the user asked for clipping (plugin, launcher or a JSON number), not by default.
+    clipping_asked: bool = False
 
     def conflict(self, path: str, setting: Setting, json_value: Any) -> DeepSpeedConfigError:
         return DeepSpeedConfigError(
@@ -106,7 +110,7 @@ def resolve_config(
     stage = resolved.settle("zero_optimization.stage", settings.get("zero_stage"), plugin.stage)
     resolved.stage = int(stage)
     _settle_offload(resolved, plugin)
-    resolved.settle("gradient_clipping", settings.get("gradient_clipping"))
+    _settle_clipping(resolved, plugin)
     if "zero3_save_16bit_model" in settings:
         resolved.settle(
             "zero_optimization.stage3_gather_16bit_weights_on_model_save", settings["zero3_save_16bit_model"]
@@ -117,6 +121,15 @@ def resolve_config(
     config.setdefault("zero_allow_untested_optimizer", True)  # a client torch optimizer under ZeRO
     config.setdefault("steps_per_print", _QUIET_STEPS)
     return resolved
+
+
+def _settle_clipping(resolved: ResolvedConfig, plugin: DeepSpeedPlugin) -> None:
+    """Clip only where the user asked: DeepSpeed clips to norm 1.0 when the key is missing (and
+    Accelerate fills "auto" with 1.0), which would make a plain loop differ from the native one."""
+    clip = resolved.settle("gradient_clipping", plugin.settings.get("gradient_clipping"))
+    resolved.clipping_asked = clip is not _MISSING
+    if not resolved.clipping_asked:
+        resolved.config["gradient_clipping"] = NO_CLIPPING  # `clip_grad_norm_` may still set it
 
 
 def _settle_offload(resolved: ResolvedConfig, plugin: DeepSpeedPlugin) -> None:

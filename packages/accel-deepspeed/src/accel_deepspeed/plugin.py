@@ -1,8 +1,10 @@
 """`DeepSpeedPlugin`: what a script (or `accel launch --use_deepspeed ...`) asks of DeepSpeed.
 
 Fields a script leaves unset are taken from the launcher's environment (`--zero_stage`, the
-config's `deepspeed_config:` section); each value remembers where it came from, so that a conflict
-with the user's DeepSpeed JSON can name both sides. Importing this module imports no deepspeed.
+config's `deepspeed_config:` section); a field both set differently is an error naming both (the
+script cannot tell which one the user meant). Each value remembers where it came from, so that a
+conflict with the user's DeepSpeed JSON can name both sides too. Importing this module imports no
+deepspeed.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ _FROM_LAUNCHER: dict[str, tuple[str, str]] = {
     "zero3_save_16bit_model": (env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL, "--zero3_save_16bit_model"),
     "hf_ds_config": (env_vars.DEEPSPEED_CONFIG_FILE, "--deepspeed_config_file"),
 }
+# Boolean fields: set by the launcher only when their variable is there (unset is not "false").
+_FLAGS = ("zero3_init_flag", "zero3_save_16bit_model")
 _READERS: dict[str, Callable[[str], Any]] = {
     "zero_stage": env_vars.read_int,
     "gradient_clipping": env_vars.read_float,
@@ -48,7 +52,8 @@ class DeepSpeedPlugin:
     `hf_ds_config` is your own DeepSpeed JSON (a path or a dict); its `"auto"` values are filled
     from what `prepare()` sees. Every other field left at None comes from the launcher, else from
     the JSON, else from the default (ZeRO stage 2 without a JSON, no offload, no clipping). A field
-    that the JSON sets to a different value is an error naming both, never a silent pick.
+    that the launcher or the JSON sets to a different value is an error naming both, never a
+    silent pick.
     """
 
     distributed_type: ClassVar[DistributedType] = DistributedType.DEEPSPEED
@@ -72,22 +77,30 @@ class DeepSpeedPlugin:
     resolved_config: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, (variable, flag) in _FROM_LAUNCHER.items():
+        for name in _FROM_LAUNCHER:
+            launcher = _launcher_setting(name)
             value = getattr(self, name)
-            if value is not None:
-                self.settings[name] = Setting(value, f"DeepSpeedPlugin({name}={value!r})")
+            if value is None:
+                if launcher is not None:
+                    setattr(self, name, launcher.value)
+                    self.settings[name] = launcher
                 continue
-            value = _READERS[name](variable)
-            if value is not None and (
-                name not in ("zero3_init_flag", "zero3_save_16bit_model") or variable in os.environ
-            ):
-                setattr(self, name, value)
-                self.settings[name] = Setting(value, f"{flag} ({variable}={os.environ.get(variable)})")
-        if self.gradient_accumulation_steps is not None:
+            script = Setting(value, f"the script's DeepSpeedPlugin({name}={_shown(name, value)})")
+            if launcher is not None and not _same_value(name, value, launcher.value):
+                raise _disagreement(script, launcher)
+            self.settings[name] = script
+        steps = self.gradient_accumulation_steps
+        if steps is not None:
             self.settings["gradient_accumulation_steps"] = Setting(
-                self.gradient_accumulation_steps,
-                f"DeepSpeedPlugin(gradient_accumulation_steps={self.gradient_accumulation_steps!r})",
+                steps, f"DeepSpeedPlugin(gradient_accumulation_steps={steps!r})"
             )
+            launched = env_vars.read_int(env_vars.GRADIENT_ACCUMULATION_STEPS)
+            if launched is not None and launched != steps:
+                raise _disagreement(
+                    Setting(steps, f"the script's DeepSpeedPlugin(gradient_accumulation_steps={steps!r})"),
+                    Setting(launched, _launcher_source("--gradient_accumulation_steps",
+                                                       env_vars.GRADIENT_ACCUMULATION_STEPS)),
+                )  # fmt: skip
         for name in ("offload_optimizer_nvme_path", "offload_param_nvme_path"):
             if getattr(self, name) is not None:
                 self.settings[name] = Setting(getattr(self, name), f"DeepSpeedPlugin({name}=...)")
@@ -134,6 +147,9 @@ class DeepSpeedPlugin:
 
         if not (enable or self.is_zero3_init_enabled()) or self.stage != 3:
             return contextlib.nullcontext()
+        from accel_deepspeed.deepspeed_warnings import ignore_deepspeed_deprecations
+
+        ignore_deepspeed_deprecations()
         import deepspeed
 
         # What zero.Init reads: the ZeRO section and the precision (the dtype parameters are built in).
@@ -151,6 +167,45 @@ class DeepSpeedPlugin:
         return deepspeed.zero.Init(config_dict_or_path=config)
 
 
+def _launcher_source(flag: str, variable: str) -> str:
+    return f"the launcher's {flag} ({variable}={os.environ.get(variable)})"
+
+
+def _launcher_setting(name: str) -> Setting | None:
+    """Return the value `accel launch` gave field `name` (flag or config file), None if none."""
+    variable, flag = _FROM_LAUNCHER[name]
+    if name in _FLAGS and variable not in os.environ:
+        return None
+    value = _READERS[name](variable)
+    return None if value is None else Setting(value, _launcher_source(flag, variable))
+
+
+def _shown(name: str, value: Any) -> str:
+    return "{...}" if name == "hf_ds_config" and isinstance(value, dict) else repr(value)
+
+
+def _same_value(name: str, script: Any, launcher: Any) -> bool:
+    """True when the script's and the launcher's value of field `name` mean the same."""
+    if name == "hf_ds_config":
+        if not isinstance(script, (str, os.PathLike)):
+            return False  # a dict in the script, a file from the launcher: two configs
+        return Path(script).expanduser().absolute() == Path(launcher).expanduser().absolute()
+    if name in _FLAGS:
+        return bool(script) == bool(launcher)
+    if isinstance(script, str):
+        return script.lower() == str(launcher).lower()
+    if isinstance(script, (int, float)) and not isinstance(script, bool):
+        return float(script) == float(launcher)
+    return bool(script == launcher)
+
+
+def _disagreement(script: Setting, launcher: Setting) -> DeepSpeedConfigError:
+    return DeepSpeedConfigError(
+        f"{script.source} and {launcher.source} disagree; set it in one place "
+        "(drop the launch flag, or leave the field unset in the script)"
+    )
+
+
 def _load_user_config(source: Any, settings: dict[str, Setting]) -> tuple[dict[str, Any], str | None]:
     """Return the user's DeepSpeed JSON as a dict (deep-copied) and a name for it in messages."""
     if source is None:
@@ -163,7 +218,7 @@ def _load_user_config(source: Any, settings: dict[str, Setting]) -> tuple[dict[s
         )
     path = Path(source)
     origin = settings.get("hf_ds_config")
-    launched = origin is not None and origin.source.startswith("--")
+    launched = origin is not None and origin.source.startswith("the launcher's")
     where = f"{path} (from --deepspeed_config_file)" if launched else str(path)
     try:
         return read_json_object(path), str(path)

@@ -11,6 +11,7 @@ import datetime
 import os
 import sys
 
+from accel_deepspeed.deepspeed_warnings import ignore_deepspeed_deprecations, use_current_collectives
 from accel_state import env_vars
 from accel_state.backend import ProcessGroupOptions, ProcessSetup
 from accel_state.communication import TorchCommunicator
@@ -40,6 +41,7 @@ def setup_deepspeed_process(
 
 
 def _start_deepspeed_comm(backend: str, timeout: datetime.timedelta, on_cpu: bool) -> None:
+    ignore_deepspeed_deprecations()
     import deepspeed.comm.torch  # noqa: F401 - loaded to patch it before init_distributed runs
 
     if on_cpu:
@@ -55,3 +57,4 @@ def _start_deepspeed_comm(backend: str, timeout: datetime.timedelta, on_cpu: boo
         dist_init_required=False,
         verbose=False,
     )
+    use_current_collectives()

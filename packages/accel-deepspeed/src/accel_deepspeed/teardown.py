@@ -55,9 +55,10 @@ def _release() -> None:
     # hold groups too (its optimizers, ZeRO-3's zero.Init context and parameter offload, parameters).
     for holder in gc.get_objects():
         with contextlib.suppress(Exception):  # an odd object must not stop the others' release
-            if str(type(holder).__module__).startswith("deepspeed.") or isinstance(
-                holder, torch.nn.Parameter
-            ):
+            # type(), not isinstance(): Parameter's isinstance reads attributes of every object,
+            # and some warn when read (torch.distributed.reduce_op's deprecation).
+            kind = type(holder)
+            if str(kind.__module__).startswith("deepspeed.") or issubclass(kind, torch.nn.Parameter):
                 _drop_group_attributes(holder)
 
 
