@@ -19,6 +19,7 @@ from accel_state import env_vars
 from accel_state.choices import (
     DEEPSPEED_OFFLOAD_DEVICES,
     FSDP_AUTO_WRAP_POLICIES,
+    FSDP_SHARDING_STRATEGIES,
     FSDP_STATE_DICT_TYPES,
     LOG_LEVEL_CHOICES,
     MIXED_PRECISION_CHOICES,
@@ -103,6 +104,7 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.FSDP_CPU_RAM_EFFICIENT_LOADING: _boolean,
     env_vars.FSDP_ACTIVATION_CHECKPOINTING: _boolean,
     env_vars.FSDP_OFFLOAD_PARAMS: _boolean,
+    env_vars.FSDP_SHARDING_STRATEGY: _one_of((*FSDP_SHARDING_STRATEGIES, "1", "2", "3", "4", "5")),
     env_vars.CHECK_COLLECTIVES: _boolean,
     env_vars.LOG_LEVEL: _one_of(LOG_LEVEL_CHOICES),
     env_vars.LAUNCHED: _anything,  # the launcher sets it to 1 whatever it was
