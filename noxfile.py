@@ -1,5 +1,6 @@
 """The test matrix: one session per package (its own venv, only its declared dependencies),
-an integration session that launches real multi-process jobs, lint, and the example job.
+an integration session that launches real multi-process jobs, lint, the example job, and the
+install commands of the docs (checked in `install_docs`, run in fresh venvs by `install_lines`).
 
 Every install goes through constraints.txt (torch==2.13.0, the CPU build) and installs our
 packages from their folders, never from an index.
@@ -34,7 +35,17 @@ EXAMPLE_TESTS = ROOT / "examples" / "tests"
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
 MYPY = "mypy==2.4.1"
 
-nox.options.sessions = ["lint", "typecheck", "docs", "tests", "integration", "examples", "deepspeed", "xla"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "docs",
+    "install_docs",
+    "tests",
+    "integration",
+    "examples",
+    "deepspeed",
+    "xla",
+]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -238,6 +249,30 @@ def docs(session: nox.Session) -> None:
         site,
         env={"NO_MKDOCS_2_WARNING": "1"},
     )
+
+
+INSTALL_TESTS = ROOT / "install-tests"
+
+
+@nox.session
+def install_docs(session: nox.Session) -> None:
+    """Every install command the docs and error messages show names our packages by their folders,
+    with the siblings they need and the constraints (install-tests/, reading the files only)."""
+    session.install("-c", CONSTRAINTS, "pytest")
+    session.run(
+        "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", str(INSTALL_TESTS), *session.posargs
+    )
+
+
+@nox.session
+def install_lines(session: nox.Session) -> None:
+    """Every install command the docs and error messages show, run as written from the repository
+    root in a fresh venv each (about 12 minutes): ours from their folders, the CPU torch, imports.
+
+    Not in the default sessions for its length; `nox -s install_lines -- -k accel-state` runs some.
+    """
+    session.install("-c", CONSTRAINTS, "pytest")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-rs", str(INSTALL_TESTS), *session.posargs)
 
 
 @nox.session

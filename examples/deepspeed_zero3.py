@@ -4,7 +4,12 @@ processes) with the same four-line loop, then save the consolidated weights.
     accel launch --num_processes 2 examples/deepspeed_zero3.py            # the plugin below
     accel launch --num_processes 2 --use_deepspeed --zero_stage 3 examples/deepspeed_zero3.py
 
-Needs `pip install 'accel[deepspeed]'` (deepspeed). Without a GPU (or with `accel launch --cpu`)
+Needs DeepSpeed; from the repository root:
+
+    pip install -c constraints.txt ./packages/accel-state ./packages/accel-data ./packages/accel-amp \
+        ./packages/accel-launch './packages/accel[deepspeed]' ./packages/accel-deepspeed deepspeed==0.19.8
+
+Without a GPU (or with `accel launch --cpu`)
 DeepSpeed runs on its CPU accelerator: the launcher and the Accelerator set `DS_ACCELERATOR=cpu`
 unless it is set already. The script asks for ZeRO-3 with `DeepSpeedPlugin(zero_stage=3)`; a launch
 flag or a DeepSpeed JSON (`--deepspeed_config_file`) that says otherwise is an error naming both.

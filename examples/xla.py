@@ -5,17 +5,23 @@ a few fixed lengths, so that XLA compiles a handful of graphs instead of one per
     accel launch --xla --num_processes 8 examples/xla.py                      # on a TPU VM
     accel launch --num_processes 2 examples/xla.py                            # no XLA: CPUs or GPUs
 
-Needs `pip install 'accel[xla]'` (torch_xla, with exactly the torch it was built for) for XLA runs;
-without it the script runs as any other example. When `accelerator.distributed_type` is
+XLA runs need torch_xla, with exactly the torch it was built for (torch 2.9.0, from PyTorch's CPU
+index); from the repository root:
+
+    pip install --index-url https://download.pytorch.org/whl/cpu torch==2.9.0 && \
+        pip install -c constraints-xla.txt ./packages/accel-state ./packages/accel-data \
+        ./packages/accel-amp ./packages/accel-launch './packages/accel[xla]' ./packages/accel-xla
+
+Without it the script runs as any other example. When `accelerator.distributed_type` is
 `DistributedType.XLA`, the collate function pads every batch to a multiple of
 `--pad_to_multiple_of` tokens and the training loader drops its last, smaller batch: XLA compiles
 one graph per set of shapes. Elsewhere batches are padded to their longest sequence only.
 
 On XLA's CPU device the replicas are threads of one process sharing torch's random generator, so
 the weights are drawn from a generator of their own (the same on every replica, as `set_seed`
-gives separate processes); with 2 CPU replicas upstream PyTorch/XLA can hang when both compile the
-same collective graph at once (pytorch/xla#9089), so prefer 1 there. The final JSON line includes
-how many graphs XLA compiled.
+gives separate processes). 2 CPU replicas hang when both compile the same collective graph at
+once (pytorch/xla#9089), so `accel launch --xla --num_processes 2` refuses them there: run 1.
+The final JSON line includes how many graphs XLA compiled.
 """
 
 from __future__ import annotations

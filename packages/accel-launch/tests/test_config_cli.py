@@ -284,6 +284,11 @@ def test_accel_test_without_the_umbrella_says_so_in_one_line(monkeypatch):
     result = CliRunner().invoke(accel, ["test"])
     assert result.exit_code == 2
     assert result.output.strip().startswith("accel: accel test runs the checks of the `accel` package")
+    # Never `pip install accel`: that is another project on PyPI.
+    assert result.output.strip().endswith(
+        "from the repository root: pip install -c constraints.txt ./packages/accel-state "
+        "./packages/accel-data ./packages/accel-amp ./packages/accel-launch ./packages/accel"
+    )
 
 
 def test_config_file_given_to_the_group_is_used_by_its_subcommands(tmp_path):

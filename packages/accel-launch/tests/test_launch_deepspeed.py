@@ -432,7 +432,10 @@ def test_without_the_adapter_a_deepspeed_job_is_refused_in_one_line(script, laun
     monkeypatch.setattr(deepspeed_launch.importlib.util, "find_spec", find_spec)
     error = _refused(["--use_deepspeed", script], launched)
     assert error == f"accel: {INSTALL_HINT}"
-    assert INSTALL_HINT == "DeepSpeed jobs need accel-deepspeed and deepspeed: pip install 'accel[deepspeed]'"
+    assert INSTALL_HINT.endswith(
+        "from the repository root: "
+        "pip install -c constraints.txt ./packages/accel-state ./packages/accel-deepspeed deepspeed==0.19.8"
+    )
 
 
 def test_without_deepspeed_itself_a_deepspeed_job_is_refused(tmp_path, script, launched, monkeypatch):

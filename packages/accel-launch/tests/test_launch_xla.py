@@ -136,7 +136,8 @@ def test_a_missing_torch_xla_is_one_line_naming_the_extra(script, xla_launched, 
         lambda name, *a, **k: None if name == "torch_xla" else real(name, *a, **k),
     )
     line = _refused(["--xla", script], xla_launched)
-    assert line == "accel: XLA jobs need accel-xla and torch_xla: pip install 'accel[xla]'"
+    assert line == f"accel: {xla_launch.INSTALL_HINT}"
+    assert "from the repository root: pip install --index-url https://download.pytorch.org/whl/cpu" in line
 
 
 @pytest.mark.parametrize(

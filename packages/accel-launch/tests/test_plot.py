@@ -261,7 +261,12 @@ def test_missing_matplotlib_names_the_extra_to_install(tmp_path, monkeypatch):
     folder = write_jsonl(tmp_path, "run", training_records(1.0))
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     result = invoke(str(folder), "-o", str(tmp_path / "p.png"))
-    assert_one_line_error(result, "needs matplotlib", 'pip install "accel[plot]"')
+    assert_one_line_error(
+        result,
+        "needs matplotlib",
+        "from the repository root: "
+        "pip install -c constraints.txt ./packages/accel-state './packages/accel-launch[plot]'",
+    )
 
 
 def test_an_output_folder_that_does_not_exist_is_one_line(tmp_path):

@@ -40,7 +40,10 @@ def test_adapter_names_load_lazily_or_say_what_to_install(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "accel_deepspeed", None)  # as if it were not installed
     with pytest.raises(
-        ImportError, match=r"DeepSpeedPlugin comes with accel-deepspeed.*pip install 'accel\[deepspeed\]'"
+        ImportError,
+        match=r"DeepSpeedPlugin comes with accel-deepspeed.*from the repository root: "
+        r"pip install -c constraints.txt \./packages/accel-state \./packages/accel-deepspeed "
+        r"deepspeed==0\.19\.8$",
     ):
         accel.DeepSpeedPlugin  # noqa: B018
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchName'"):

@@ -97,7 +97,7 @@ def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
             *_flag("use_deepspeed"),
             is_flag=True,
             default=False,
-            help="Run a DeepSpeed job (distributed_type DEEPSPEED); needs accel[deepspeed].",
+            help="Run a DeepSpeed job (distributed_type DEEPSPEED); needs accel-deepspeed and deepspeed.",
         )
     )
     options.append(
@@ -116,7 +116,7 @@ def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             default=False,
             help="Run an XLA job (distributed_type XLA) through torch_xla.launch: TPU chips, or XLA's "
-            "CPU device when PJRT_DEVICE=CPU; needs accel[xla].",
+            "CPU device when PJRT_DEVICE=CPU; needs accel-xla and torch_xla.",
         )
     )
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
@@ -445,7 +445,9 @@ def test_command(ctx: click.Context, config_file: str | None) -> None:
     """Run the diagnostic checks (`accel.diagnostics`) on the configured setup; exit 0 if all pass."""
     if importlib.util.find_spec("accel") is None:
         raise ConfigProblem(
-            "accel test runs the checks of the `accel` package, which is not installed (pip install accel)"
+            "accel test runs the checks of the `accel` package, which is not installed; from the repository "
+            "root: pip install -c constraints.txt ./packages/accel-state ./packages/accel-data "
+            "./packages/accel-amp ./packages/accel-launch ./packages/accel"
         )
     defaults = {"max_restarts": 0, "monitor_interval": 0.1, "module": True, "env_pairs": (), "log_dir": None}
     options = _launch_options(ctx, {"config_file": config_file, "tee": None, **defaults})
@@ -475,7 +477,8 @@ def plot_command(run_dirs: tuple[str, ...], output: str, metrics: tuple[str, ...
 
     RUN_DIR is a run's folder or a folder above runs (a project dir): every folder under it that
     holds the JSON-lines tracker's metrics.jsonl or TensorBoard event files is a run. Needs
-    matplotlib (pip install "accel[plot]"); TensorBoard logs need tensorboard.
+    matplotlib (accel-launch's plot extra; without it the error gives the install command);
+    TensorBoard logs need tensorboard.
     """
     from pathlib import Path
 

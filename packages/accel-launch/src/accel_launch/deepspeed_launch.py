@@ -19,7 +19,11 @@ from accel_launch.launch_options import DeepSpeedOptions
 from accel_state import env_vars
 from accel_state.json_object import json_object_problem
 
-INSTALL_HINT = "DeepSpeed jobs need accel-deepspeed and deepspeed: pip install 'accel[deepspeed]'"
+# Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).
+INSTALL_HINT = (
+    "DeepSpeed jobs need accel-deepspeed and deepspeed; from the repository root: "
+    "pip install -c constraints.txt ./packages/accel-state ./packages/accel-deepspeed deepspeed==0.19.8"
+)
 # The modules a DeepSpeed worker imports: the adapter and DeepSpeed itself.
 REQUIRED_MODULES = ("accel_deepspeed", "deepspeed")
 # Device files of GPUs that DeepSpeed's "cuda" accelerator drives: NVIDIA's, AMD's (ROCm), and

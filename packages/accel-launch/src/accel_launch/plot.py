@@ -1,6 +1,6 @@
 """Draw the metrics of runs side by side into an image file: one panel per metric, one line per run.
 
-matplotlib is an optional extra (`pip install "accel[plot]"`) and is imported only when a picture is
+matplotlib is an optional extra (accel-launch's `plot`) and is imported only when a picture is
 drawn. The figure is drawn without pyplot, so no window or GUI backend is ever involved.
 """
 
@@ -15,7 +15,11 @@ PANEL_INCHES = (5.0, 3.6)
 DPI = 100  # a panel is 500 x 360 pixels
 MAX_COLUMNS = 3
 SHOW_POINTS_UP_TO = 20
-INSTALL_HINT = 'pip install "accel[plot]"'
+# Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).
+INSTALL_HINT = (
+    "from the repository root: "
+    "pip install -c constraints.txt ./packages/accel-state './packages/accel-launch[plot]'"
+)
 
 
 class PlotError(ValueError):
@@ -36,7 +40,7 @@ def check_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise PlotError(f"accel plot needs matplotlib, which is not installed: {INSTALL_HINT}") from None
+        raise PlotError(f"accel plot needs matplotlib, which is not installed; {INSTALL_HINT}") from None
 
 
 def metric_names(runs: list[Run], wanted: list[str] | None = None) -> list[str]:

@@ -23,7 +23,14 @@ from accel_state import env_vars
 from accel_state.distributed_type import tpu_present
 
 XLA = "XLA"
-INSTALL_HINT = "XLA jobs need accel-xla and torch_xla: pip install 'accel[xla]'"
+# Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).
+# torch_xla 2.9.0 loads only into torch 2.9.0, whose PyPI wheel for Linux is the CUDA build.
+INSTALL_HINT = (
+    "XLA jobs need accel-xla and torch_xla, with torch 2.9.0 from PyTorch's CPU index; from the "
+    "repository root: pip install --index-url https://download.pytorch.org/whl/cpu torch==2.9.0 && "
+    "pip install -c constraints-xla.txt ./packages/accel-state ./packages/accel-data ./packages/accel-amp "
+    "./packages/accel-launch './packages/accel[xla]' ./packages/accel-xla"
+)
 # The modules an XLA worker imports: the adapter and PyTorch/XLA itself.
 REQUIRED_MODULES = ("accel_xla", "torch_xla")
 # The program every XLA job starts (see its docstring).

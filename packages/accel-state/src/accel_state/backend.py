@@ -317,7 +317,8 @@ def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
     if factory is None or not factory.is_available():
         raise BackendNotAvailableError(
             f"no backend is installed for distributed type {distributed_type.value}; "
-            f"install its adapter package (e.g. accel[{distributed_type.value.lower()}])"
+            f"install its adapter package, accel-{distributed_type.value.lower()} (the install line is in "
+            f"packages/accel-{distributed_type.value.lower()}/README.md of the repository)"
         )
     _registry[distributed_type] = factory
     return factory
