@@ -84,6 +84,18 @@ def test_a_cpu_flag_beats_the_files_multi_gpu(tmp_path, launched, script):
     assert "ACCEL_DISTRIBUTED_TYPE" not in env
 
 
+def test_an_engine_type_flag_beats_the_files_use_cpu():
+    # `accel config default` on a machine without a GPU writes `use_cpu: true`; `--xla` still runs XLA.
+    config = resolve_config({"use_cpu": True}, {"distributed_type": "XLA"}, environ={})
+    assert config.given("distributed_type") == "XLA" and config["use_cpu"] is False
+    assert "use_cpu" in config.overridden
+
+
+def test_a_cpu_flag_does_not_guess_an_engine_type_away(tmp_path):
+    with pytest.raises(ConfigError, match="key .distributed_type. is XLA but --use_cpu is true"):
+        resolve_config({"distributed_type": "XLA"}, {"use_cpu": True}, path=tmp_path / "c.yaml", environ={})
+
+
 def test_an_env_var_beats_the_file_too():
     config = resolve_config({"distributed_type": "MULTI_GPU"}, {}, environ={"ACCEL_USE_CPU": "1"})
     assert config.given("distributed_type") is None and config["use_cpu"] is True

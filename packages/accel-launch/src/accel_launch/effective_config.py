@@ -292,17 +292,21 @@ def _let_stronger_values_win(config: EffectiveConfig) -> None:
     """
     values, sources = config.values, config.sources
     kind = config.given("distributed_type")
-    if kind not in _COUNT_TYPES:
+    if kind is None:
         return
     type_rank = _RANK[sources["distributed_type"]]
     culprits = ["num_processes", "num_machines"] if kind == "NO" else []
-    if kind == "MULTI_GPU":
+    if kind not in CPU_DISTRIBUTED_TYPES:
+        # MULTI_GPU, XLA, ...: `accel config default` writes `use_cpu: true` on a machine without
+        # a GPU, and `--xla` (or --distributed_type) must still beat that file.
         culprits.append("use_cpu")
     for name in culprits:
         contradicts = values[name] is True or (not isinstance(values[name], bool) and values[name] > 1)
         if not contradicts or _RANK[sources[name]] == type_rank:
             continue
         if _RANK[sources[name]] > type_rank:
+            if kind not in _COUNT_TYPES:
+                continue  # an engine's type (XLA, ...) is never guessed again: check_combinations refuses
             loser, winner = "distributed_type", name
         else:
             loser, winner = name, "distributed_type"
