@@ -66,7 +66,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
     ) -> None:
-        """`deepspeed_plugin` (a `DeepSpeedPlugin`, accel[deepspeed]) runs the job on DeepSpeed, and
+        """`deepspeed_plugin` (a `DeepSpeedPlugin` of accel-deepspeed) runs the job on DeepSpeed, and
         `fsdp_plugin` (a `FullyShardedDataParallelPlugin`) on FSDP2; like every backend plugin each
         names its distributed type and reaches the backend untouched."""
         handlers = KwargsHandlers.from_list(kwargs_handlers)
