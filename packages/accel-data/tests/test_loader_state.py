@@ -17,7 +17,8 @@ def _loader(size=20, batch_size=2, num_processes=2, rank=1, **kwargs):
         DataLoader(torch.arange(size), batch_size=batch_size, shuffle=True),
         num_processes=num_processes,
         process_index=rank,
-        use_seedable_sampler=True, data_seed=3,
+        use_seedable_sampler=True,
+        data_seed=3,
         **kwargs,
     )
 

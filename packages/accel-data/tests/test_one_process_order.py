@@ -74,15 +74,21 @@ def _loaders(drop_last):
         generator = torch.Generator().manual_seed(5)
         if seedable:
             sampler = SeedableRandomSampler(data, generator=generator, data_seed=torch.initial_seed())
-            return DataLoader(data, batch_size=BATCH, drop_last=drop_last, sampler=sampler, generator=generator)
+            return DataLoader(
+                data, batch_size=BATCH, drop_last=drop_last, sampler=sampler, generator=generator
+            )
         return DataLoader(data, batch_size=BATCH, shuffle=True, drop_last=drop_last, generator=generator)
 
     def batches_as_sampler(seedable):
-        inner = SeedableRandomSampler(data, data_seed=torch.initial_seed()) if seedable else RandomSampler(data)
+        inner = (
+            SeedableRandomSampler(data, data_seed=torch.initial_seed()) if seedable else RandomSampler(data)
+        )
         return DataLoader(data, sampler=BatchSampler(inner, BATCH, drop_last), batch_size=None)
 
     def custom_batch_sampler(seedable):
-        inner = SeedableRandomSampler(data, data_seed=torch.initial_seed()) if seedable else RandomSampler(data)
+        inner = (
+            SeedableRandomSampler(data, data_seed=torch.initial_seed()) if seedable else RandomSampler(data)
+        )
         return DataLoader(data, batch_sampler=_Chunks(inner))
 
     return {
@@ -103,7 +109,10 @@ def _loaders(drop_last):
             sampler=WeightedRandomSampler(torch.linspace(0.1, 1.0, SIZE).tolist(), 12),
         ),
         "subset": lambda seedable: DataLoader(
-            data, batch_size=BATCH, drop_last=drop_last, sampler=SubsetRandomSampler(list(range(0, SIZE, 2)) * 2)
+            data,
+            batch_size=BATCH,
+            drop_last=drop_last,
+            sampler=SubsetRandomSampler(list(range(0, SIZE, 2)) * 2),
         ),
         "iterable": lambda seedable: DataLoader(_Shuffled(), batch_size=BATCH, drop_last=drop_last),
     }
@@ -141,7 +150,9 @@ def test_seedable_sampler_true_replaces_torchs_shuffle():
     torch.manual_seed(3)
     plain = [batch.tolist() for batch in DataLoader(_data(), batch_size=BATCH, shuffle=True)]
     torch.manual_seed(3)
-    loader = prepare_data_loader(DataLoader(_data(), batch_size=BATCH, shuffle=True), use_seedable_sampler=True)
+    loader = prepare_data_loader(
+        DataLoader(_data(), batch_size=BATCH, shuffle=True), use_seedable_sampler=True
+    )
     assert [batch.tolist() for batch in loader] != plain
     torch.manual_seed(3)
     default = prepare_data_loader(DataLoader(_data(), batch_size=BATCH, shuffle=True))

@@ -55,7 +55,9 @@ def test_shuffled_shards_cover_the_dataset_and_follow_the_one_process_order():
 
 
 def test_epochs_differ():
-    ranks = _ranks(lambda: DataLoader(_dataset(20), batch_size=2, shuffle=True), use_seedable_sampler=True, data_seed=1)
+    ranks = _ranks(
+        lambda: DataLoader(_dataset(20), batch_size=2, shuffle=True), use_seedable_sampler=True, data_seed=1
+    )
     first = [_items(shard) for shard in ranks]
     second = [_items(shard) for shard in ranks]
     assert first != second
@@ -78,7 +80,11 @@ def test_user_batch_sampler_over_a_random_sampler_is_shuffled_alike_on_every_ran
 
 def test_set_epoch_picks_the_order_deterministically():
     loader = prepare_data_loader(
-        DataLoader(_dataset(20), batch_size=4, shuffle=True), num_processes=2, process_index=1, use_seedable_sampler=True, data_seed=0
+        DataLoader(_dataset(20), batch_size=4, shuffle=True),
+        num_processes=2,
+        process_index=1,
+        use_seedable_sampler=True,
+        data_seed=0,
     )
     loader.set_epoch(3)
     epoch3 = _items(loader)
@@ -261,7 +267,9 @@ def _batch_sampler_as_sampler(length=16, shuffle=True):
 
 
 def test_batch_sampler_given_as_sampler_is_sharded_like_its_one_process_order():
-    one = prepare_data_loader(_batch_sampler_as_sampler(), num_processes=1, process_index=0, use_seedable_sampler=True, data_seed=5)
+    one = prepare_data_loader(
+        _batch_sampler_as_sampler(), num_processes=1, process_index=0, use_seedable_sampler=True, data_seed=5
+    )
     expected = [batch["x"].tolist() for batch in one]
     assert sorted(i for batch in expected for i in batch) == list(range(16))
     assert all(len(batch) == 4 for batch in expected)
@@ -274,7 +282,9 @@ def test_batch_sampler_given_as_sampler_is_sharded_like_its_one_process_order():
 def test_batch_sampler_given_as_sampler_keeps_epochs_and_skips():
     from accel_data import skip_first_batches
 
-    loader = prepare_data_loader(_batch_sampler_as_sampler(), num_processes=2, process_index=1, use_seedable_sampler=True, data_seed=5)
+    loader = prepare_data_loader(
+        _batch_sampler_as_sampler(), num_processes=2, process_index=1, use_seedable_sampler=True, data_seed=5
+    )
     epoch0 = [batch["x"].tolist() for batch in loader]
     epoch1 = [batch["x"].tolist() for batch in loader]
     assert epoch0 != epoch1  # the loader moved the shuffle on to epoch 1

@@ -40,7 +40,8 @@ def _shard(size, batch_size, num_processes, rank, split_batches, even_batches, d
         process_index=rank,
         split_batches=split_batches,
         even_batches=even_batches,
-        use_seedable_sampler=True, data_seed=17,
+        use_seedable_sampler=True,
+        data_seed=17,
     )
 
 

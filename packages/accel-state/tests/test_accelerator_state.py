@@ -90,7 +90,9 @@ def test_after_a_reset_the_error_has_accelerates_words():
     from accel_state import PartialState
 
     state = AcceleratorState()
-    with pytest.raises(AttributeError, match="'AcceleratorState' object has no attribute 'someotherthing'") as cm:
+    with pytest.raises(
+        AttributeError, match="'AcceleratorState' object has no attribute 'someotherthing'"
+    ) as cm:
         _ = state.someotherthing
     assert "This happens if" not in str(cm.value)
     AcceleratorState._reset_state()

@@ -56,7 +56,9 @@ def test_gather_for_metrics_on_one_process_cuts_the_last_batch_to_its_real_sampl
     # As Accelerate: an output made per batch (the causal LM example's loss.repeat(batch_size))
     # counts each sample of the short last batch once; per-sample outputs are unchanged.
     accelerator = Accelerator()
-    loader = accelerator.prepare(torch.utils.data.DataLoader(torch.arange(10), batch_size=4, drop_last=drop_last))
+    loader = accelerator.prepare(
+        torch.utils.data.DataLoader(torch.arange(10), batch_size=4, drop_last=drop_last)
+    )
     repeated = [len(accelerator.gather_for_metrics(torch.tensor(0.5).repeat(4))) for _ in loader]
     objects = [len(accelerator.gather_for_metrics(list("abcd"), use_gather_object=True)) for _ in loader]
     scalars = [accelerator.gather_for_metrics(batch.sum()).dim() for batch in loader]

@@ -155,7 +155,11 @@ class DataLoaderShard(DataLoader):
         epoch, done = position.epoch, position.batches_yielded
         if position.finishing:
             epoch, done = epoch + 1, 0
-        state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done, "global_batch_size": self.global_batch_size}
+        state: dict[str, Any] = {
+            "epoch": epoch,
+            "batches_yielded": done,
+            "global_batch_size": self.global_batch_size,
+        }
         sampler = self._synchronized_sampler()
         record = sampler.pass_record(epoch) if sampler is not None and done else None
         if record is not None:

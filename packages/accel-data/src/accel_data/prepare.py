@@ -69,7 +69,7 @@ def _replacement_sampler(
 
 
 def _with_sampler(batch_sampler: Any, sampler: Any) -> Any:
-    """Return `batch_sampler` drawing from `sampler` (a new BatchSampler, or a custom one changed in place)."""
+    """Return `batch_sampler` drawing from `sampler`: a new BatchSampler, or the custom one changed."""
     if sampler is None:
         return batch_sampler
     if type(batch_sampler) is BatchSampler:
@@ -174,7 +174,7 @@ def prepare_data_loader(
             "a DataLoader with batch_size=None (no automatic batching) cannot be sharded unless its "
             f"sampler is a BatchSampler; got {type(dataloader.sampler).__name__}"
         )
-    batch_sampler = dataloader.sampler if sampler_is_batches else dataloader.batch_sampler
+    batch_sampler: Any = dataloader.sampler if sampler_is_batches else dataloader.batch_sampler
     sampler = getattr(batch_sampler, "sampler", None)
     dispatching = bool(dispatch_batches) and num_processes > 1
     # A dispatched loader is read by the main process alone: nothing to synchronise in its sampler.

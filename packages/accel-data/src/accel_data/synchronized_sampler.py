@@ -57,7 +57,9 @@ class SynchronizedRandomSampler(RandomSampler):
     def replay(self, epoch: int, record: dict[str, Any]) -> None:
         """Make the next pass, if it is of `epoch`, shuffle as the pass that recorded `record`."""
         if not isinstance(record, dict) or not ({"seed"} <= record.keys() or {"state"} <= record.keys()):
-            raise ValueError(f"loader state_dict: 'shuffle' must hold a seed or a generator state, got {record!r}")
+            raise ValueError(
+                f"loader state_dict: 'shuffle' must hold a seed or a generator state, got {record!r}"
+            )
         self._replay = (int(epoch), record)
 
     def __iter__(self) -> Iterator[int]:
@@ -82,11 +84,13 @@ class SynchronizedRandomSampler(RandomSampler):
         yield from RandomSampler.__iter__(view)
 
     def _drawn_seed(self) -> int:
-        """Return this pass's seed: drawn as torch's RandomSampler draws it, the main process's on every rank."""
+        """Return this pass's seed, drawn as torch's RandomSampler draws it (the main process's draw)."""
         seed = int(torch.empty((), dtype=torch.int64).random_().item())
         state = PartialState()
         if self.synchronize and state.use_distributed:
-            with named_collective("a shuffled data loader's first batch (sharing the main process's shuffle seed)"):
+            with named_collective(
+                "a shuffled data loader's first batch (sharing the main process's shuffle seed)"
+            ):
                 seed = int(broadcast_object_list([seed])[0])
         return seed
 

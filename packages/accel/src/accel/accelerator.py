@@ -333,10 +333,11 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         # The state's type, not the backend's: Accelerate's tests reassign it to reach this branch.
         distributed_type = self.state.distributed_type
         if not joins_uneven_inputs(distributed_type):
+            kind = DistributedType(distributed_type).value
             warnings.warn(
                 "Joining uneven inputs is only supported for multi-GPU training, as a result "
-                f"`join_uneven_inputs` will have no effect (distributed_type={DistributedType(distributed_type).value}"
-                "; multi-CPU DDP joins too): give every rank the same number of batches (even_batches=True)",
+                f"`join_uneven_inputs` will have no effect (distributed_type={kind}; multi-CPU DDP joins "
+                "too): give every rank the same number of batches (even_batches=True)",
                 stacklevel=3,
             )
             yield

@@ -69,7 +69,9 @@ def last_batch_size(loader: Any) -> int | None:
     """
     total = getattr(loader, "total_dataset_length", None)
     size = getattr(loader, "total_batch_size", None)
-    drop_last = getattr(getattr(loader, "batch_sampler", None), "drop_last", getattr(loader, "drop_last", False))
+    drop_last = getattr(
+        getattr(loader, "batch_sampler", None), "drop_last", getattr(loader, "drop_last", False)
+    )
     if not total or not size or drop_last:
         return None
     return total % size or None
