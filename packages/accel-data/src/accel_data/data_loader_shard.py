@@ -196,9 +196,17 @@ class DataLoaderShard(DataLoader):
         position = self._position
         position.epoch, position.batches_yielded, position.finishing = epoch, done, False
         position.resume = (epoch, done) if done else None
+        self.restore_shuffle(state_dict)
+
+    def restore_shuffle(self, state_dict: Mapping[str, Any]) -> None:
+        """Make the next pass of the saved epoch shuffle as the saved pass did, if `state_dict` says how.
+
+        What `load_state` calls when the caller skips the batches seen itself (`skip_first_batches`):
+        the random states it restored were taken after that epoch's shuffle was drawn.
+        """
         sampler = self._synchronized_sampler()
         if sampler is not None and state_dict.get(SHUFFLE_KEY) is not None:
-            sampler.replay(epoch, state_dict[SHUFFLE_KEY])  # also when skip_first_batches does the skipping
+            sampler.replay(int(state_dict["epoch"]), state_dict[SHUFFLE_KEY])
 
     def _synchronized_sampler(self) -> SynchronizedRandomSampler | None:
         batches = self.index_batches
