@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import RandomSampler
 
 
-def default_device_generator() -> torch.Generator:
+def _default_device_generator() -> torch.Generator:
     """Return a new generator on torch's default device (where `randperm` draws by default)."""
     get_default_device = getattr(torch, "get_default_device", None)
     return torch.Generator(device=get_default_device() if get_default_device is not None else "cpu")
@@ -73,7 +73,7 @@ class SeedableRandomSampler(RandomSampler):
 
     def __iter__(self) -> Iterator[int]:
         if self.generator is None:
-            self.generator = default_device_generator()
+            self.generator = _default_device_generator()
         self.generator.manual_seed(self.initial_seed + self.epoch)
         if len(self.data_source) > 0:  # RandomSampler divides by the dataset's length
             yield from super().__iter__()

@@ -12,7 +12,7 @@ from accel_state.__about__ import __version__
 _HOMES = {
     "AcceleratorState": "accelerator_state",
     "MixedPrecisionError": "accelerator_state",
-    "StateResetError": "accelerator_state",
+    "StateResetError": "partial_state",
     "Backend": "backend",
     "BackendFactory": "backend",
     "BackendNotAvailableError": "backend",
