@@ -39,3 +39,42 @@ def test_join_uneven_inputs_lets_ranks_finish_different_batch_counts_launch():
         assert first["weights"] == second["weights"], "the joined rank kept the model in sync"
         # The override applies only inside the block.
         assert first["even_after"] == use_override
+
+
+def join_under_another_distributed_type():
+    import warnings
+
+    import torch
+
+    from accel import Accelerator, DistributedType
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(1, 1))
+    original = accelerator.state.distributed_type
+    # As Accelerate's test_distributed_data_loop does to reach the branch of non-DDP types.
+    accelerator.state.distributed_type = DistributedType.FSDP
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with accelerator.join_uneven_inputs([model]) as joined:
+                inside = joined
+    finally:
+        accelerator.state.distributed_type = original
+    with warnings.catch_warnings(record=True) as kept:
+        warnings.simplefilter("always")
+        with accelerator.join_uneven_inputs([model], even_batches=False):
+            pass
+    return {
+        "messages": [str(w.message) for w in caught if issubclass(w.category, UserWarning)],
+        "inside": inside,
+        "ddp_warnings": [str(w.message) for w in kept if "join_uneven_inputs" in str(w.message)],
+    }
+
+
+def test_join_uneven_inputs_warns_and_does_nothing_under_fsdp_launch():
+    for outcome in run_on_ranks(join_under_another_distributed_type, 2, timeout=120):
+        assert outcome["inside"] is None, "no Join context was entered"
+        assert len(outcome["messages"]) == 1
+        message = outcome["messages"][0]
+        assert "only supported for multi-GPU" in message and "distributed_type=FSDP" in message
+        assert outcome["ddp_warnings"] == [], "multi-CPU DDP joins without a warning"

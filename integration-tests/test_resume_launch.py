@@ -32,7 +32,12 @@ def _prepared(size, batch_size, split_batches, even_batches, drop_last, shuffle)
     from accel_data import prepare_data_loader
 
     loader = DataLoader(torch.arange(size), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
-    return prepare_data_loader(loader, split_batches=split_batches, even_batches=even_batches)
+    # Fresh loaders of one process must shuffle an epoch alike: an order that is a function of
+    # (seed, epoch). torch's default shuffle resumes through the checkpoint's random states instead
+    # (test_checkpoint_resume_launch.py).
+    return prepare_data_loader(
+        loader, split_batches=split_batches, even_batches=even_batches, use_seedable_sampler=True
+    )
 
 
 def _items(batches):

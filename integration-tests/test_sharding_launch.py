@@ -123,3 +123,48 @@ def test_samplers_with_their_own_generator_agree_across_ranks_launch():
     assert sorted(first["subset"]) == list(range(0, 100, 3))
     assert first["subset"] != second["subset"], "each epoch draws a new order"
     assert len(first["weighted"]) == 24
+
+
+def default_shuffle_epochs(seed_per_rank, use_seedable_sampler, batch_size):
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    from accel import Accelerator, DataLoaderConfiguration, PartialState
+    from accel.data_loader import SeedableRandomSampler
+
+    # Ranks seeded differently (or, on one process, as rank 0 is): the main process's order wins.
+    torch.manual_seed(seed_per_rank + PartialState().process_index)
+    config = DataLoaderConfiguration(use_seedable_sampler=use_seedable_sampler)
+    accelerator = Accelerator(dataloader_config=config)
+    shuffled = DataLoader(torch.arange(30), batch_size=batch_size, shuffle=True)
+    with_generator = DataLoader(
+        torch.arange(30), batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(3)
+    )
+    seedable = DataLoader(
+        torch.arange(30), batch_size=batch_size, sampler=SeedableRandomSampler(range(30), data_seed=5)
+    )
+    loaders = accelerator.prepare(shuffled, with_generator, seedable)
+    sampler = loaders[0].batch_sampler.batch_sampler.sampler
+    epochs = [
+        [[i for b in loader for i in accelerator.gather_for_metrics(b).tolist()] for loader in loaders]
+        for _ in range(3)
+    ]
+    return {
+        "epochs": epochs,
+        "sampler": type(sampler).__name__,
+        "is_random": isinstance(sampler, RandomSampler),
+    }
+
+
+@pytest.mark.parametrize("use_seedable_sampler", [False, True])
+def test_shuffled_loaders_agree_across_ranks_and_with_one_process_launch(use_seedable_sampler):
+    (single,) = run_on_ranks(default_shuffle_epochs, 1, 20, use_seedable_sampler, 6)
+    double = run_on_ranks(default_shuffle_epochs, 2, 20, use_seedable_sampler, 3)
+    assert double[0] == double[1], "every rank sees the same global order"
+    assert double[0]["epochs"] == single["epochs"], "2 processes of batch 3 train as 1 of batch 6"
+    for epochs in zip(*single["epochs"], strict=True):  # per loader: each epoch shuffles anew
+        assert all(sorted(epoch) == list(range(30)) for epoch in epochs)
+        assert epochs[0] != epochs[1] != epochs[2]
+    assert single["is_random"]
+    expected = "SeedableRandomSampler" if use_seedable_sampler else "SynchronizedRandomSampler"
+    assert single["sampler"] == expected

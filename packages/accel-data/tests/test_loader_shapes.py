@@ -40,7 +40,12 @@ def _shards(loader_factory, n=2):
     return [
         list(
             prepare_data_loader(
-                loader_factory(), num_processes=n, process_index=r, put_on_device=True, data_seed=0
+                loader_factory(),
+                num_processes=n,
+                process_index=r,
+                put_on_device=True,
+                use_seedable_sampler=True,
+                data_seed=0,
             )
         )
         for r in range(n)
@@ -66,9 +71,13 @@ def test_worker_processes_and_persistent_workers_carry_over():
             torch.arange(40), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True
         )
 
-    loader = prepare_data_loader(factory(), num_processes=2, process_index=0, data_seed=3)
+    loader = prepare_data_loader(
+        factory(), num_processes=2, process_index=0, use_seedable_sampler=True, data_seed=3
+    )
     assert loader.num_workers == 2 and loader.persistent_workers
-    other = prepare_data_loader(factory(), num_processes=2, process_index=1, data_seed=3)
+    other = prepare_data_loader(
+        factory(), num_processes=2, process_index=1, use_seedable_sampler=True, data_seed=3
+    )
     for _ in range(2):  # two epochs through the same persistent workers
         items = [i for b in loader for i in b.tolist()] + [i for b in other for i in b.tolist()]
         assert sorted(items) == list(range(40))
@@ -76,7 +85,9 @@ def test_worker_processes_and_persistent_workers_carry_over():
 
 def test_loader_options_are_kept():
     raw = DataLoader(torch.arange(8), batch_size=2, pin_memory=True, timeout=5, drop_last=True)
-    loader = prepare_data_loader(raw, num_processes=2, process_index=0, data_seed=0)
+    loader = prepare_data_loader(
+        raw, num_processes=2, process_index=0, use_seedable_sampler=True, data_seed=0
+    )
     assert loader.pin_memory and loader.timeout == 5
     assert loader.batch_sampler.drop_last
 

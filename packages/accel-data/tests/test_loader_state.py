@@ -17,6 +17,7 @@ def _loader(size=20, batch_size=2, num_processes=2, rank=1, **kwargs):
         DataLoader(torch.arange(size), batch_size=batch_size, shuffle=True),
         num_processes=num_processes,
         process_index=rank,
+        use_seedable_sampler=True,
         data_seed=3,
         **kwargs,
     )
@@ -166,3 +167,42 @@ def test_invalid_states_are_refused():
     for bad in not_integers:
         with pytest.raises(LoaderStateError, match="must be integers"):
             loader.load_state_dict(bad)
+
+
+@pytest.mark.parametrize("generator_seed", [None, 8])
+@pytest.mark.parametrize("resume_by", ["load_state_dict", "restore_shuffle"])
+def test_a_resumed_epoch_is_shuffled_as_the_interrupted_one_with_torchs_sampler(generator_seed, resume_by):
+    # use_seedable_sampler=False (the default): the order comes from torch's generators, whose
+    # states a checkpoint takes mid-epoch, after the shuffle was drawn; the loader state keeps it.
+    def make():
+        generator = None if generator_seed is None else torch.Generator().manual_seed(generator_seed)
+        return prepare_data_loader(
+            DataLoader(torch.arange(20), batch_size=2, shuffle=True, generator=generator)
+        )
+
+    torch.manual_seed(0)
+    loader = make()
+    list(loader)  # epoch 0
+    batches = iter(loader)
+    seen = [next(batches).tolist() for _ in range(3)]
+    state = loader.state_dict()
+    assert "shuffle" in state and state["epoch"] == 1
+    rng, generator_state = torch.get_rng_state(), (loader.generator or torch.Generator()).get_state()
+    rest = [batch.tolist() for batch in batches]
+    after = torch.rand(2)
+
+    torch.manual_seed(123)  # what the fresh job drew before load_state restored the random states
+    resumed = make()
+    torch.set_rng_state(rng)
+    if resumed.generator is not None:
+        resumed.generator.set_state(generator_state)
+    if resume_by == "load_state_dict":
+        resumed.load_state_dict(state)
+        again = [batch.tolist() for batch in resumed]
+    else:  # load_state's default: the epoch, the shuffle, and the caller skips
+        resumed.set_epoch(state["epoch"])
+        resumed.restore_shuffle(state)
+        again = [batch.tolist() for batch in skip_first_batches(resumed, 3)]
+    assert again == rest
+    assert torch.equal(torch.rand(2), after), "the resumed run draws on as the uninterrupted one"
+    assert sorted(i for batch in seen + again for i in batch) == list(range(20))

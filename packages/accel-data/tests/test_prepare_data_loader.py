@@ -9,7 +9,13 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, TensorDataset
 
-from accel_data import DataLoaderShard, SeedableRandomSampler, ShardingError, prepare_data_loader
+from accel_data import (
+    DataLoaderShard,
+    SeedableRandomSampler,
+    ShardingError,
+    SynchronizedRandomSampler,
+    prepare_data_loader,
+)
 from accel_state import GradientState
 
 
@@ -37,8 +43,8 @@ def test_shuffled_shards_cover_the_dataset_and_follow_the_one_process_order():
     def make():
         return DataLoader(_dataset(10), batch_size=2, shuffle=True)
 
-    ranks = _ranks(make, data_seed=7)
-    (single,) = _ranks(make, num_processes=1, data_seed=7)
+    ranks = _ranks(make, use_seedable_sampler=True, data_seed=7)
+    (single,) = _ranks(make, num_processes=1, use_seedable_sampler=True, data_seed=7)
     for _ in range(2):
         per_rank = [_items(loader) for loader in ranks]
         one_process = [i for batch in _items(single) for i in batch]
@@ -49,7 +55,9 @@ def test_shuffled_shards_cover_the_dataset_and_follow_the_one_process_order():
 
 
 def test_epochs_differ():
-    ranks = _ranks(lambda: DataLoader(_dataset(20), batch_size=2, shuffle=True), data_seed=1)
+    ranks = _ranks(
+        lambda: DataLoader(_dataset(20), batch_size=2, shuffle=True), use_seedable_sampler=True, data_seed=1
+    )
     first = [_items(shard) for shard in ranks]
     second = [_items(shard) for shard in ranks]
     assert first != second
@@ -62,7 +70,7 @@ def test_user_batch_sampler_over_a_random_sampler_is_shuffled_alike_on_every_ran
         dataset = _dataset(20)
         return DataLoader(dataset, batch_sampler=BatchSampler(RandomSampler(dataset), 2, False))
 
-    ranks = _ranks(make, data_seed=5)
+    ranks = _ranks(make, use_seedable_sampler=True, data_seed=5)
     per_rank = []
     for rank, loader in enumerate(ranks):
         torch.manual_seed(100 + rank)
@@ -72,7 +80,11 @@ def test_user_batch_sampler_over_a_random_sampler_is_shuffled_alike_on_every_ran
 
 def test_set_epoch_picks_the_order_deterministically():
     loader = prepare_data_loader(
-        DataLoader(_dataset(20), batch_size=4, shuffle=True), num_processes=2, process_index=1, data_seed=0
+        DataLoader(_dataset(20), batch_size=4, shuffle=True),
+        num_processes=2,
+        process_index=1,
+        use_seedable_sampler=True,
+        data_seed=0,
     )
     loader.set_epoch(3)
     epoch3 = _items(loader)
@@ -83,12 +95,20 @@ def test_set_epoch_picks_the_order_deterministically():
     assert epoch4 != epoch3
 
 
-def test_shuffle_uses_a_seedable_sampler_unless_asked_not_to():
-    loader = prepare_data_loader(DataLoader(_dataset(), batch_size=2, shuffle=True), data_seed=5)
+def test_shuffle_uses_a_seedable_sampler_only_when_asked_to():
+    loader = prepare_data_loader(
+        DataLoader(_dataset(), batch_size=2, shuffle=True), use_seedable_sampler=True, data_seed=5
+    )
     assert isinstance(loader.batch_sampler.batch_sampler.sampler, SeedableRandomSampler)
     assert loader.batch_sampler.batch_sampler.sampler.seed == 5
-    kept = prepare_data_loader(DataLoader(_dataset(), batch_size=2, shuffle=True), use_seedable_sampler=False)
-    assert type(kept.batch_sampler.batch_sampler.sampler) is RandomSampler
+    # Accelerate's default: torch's own shuffle, drawn by the main process for every rank.
+    for kept in (
+        prepare_data_loader(DataLoader(_dataset(), batch_size=2, shuffle=True)),
+        prepare_data_loader(DataLoader(_dataset(), batch_size=2, shuffle=True), use_seedable_sampler=False),
+    ):
+        sampler = kept.batch_sampler.batch_sampler.sampler
+        assert isinstance(sampler, SynchronizedRandomSampler) and isinstance(sampler, RandomSampler)
+        assert not isinstance(sampler, SeedableRandomSampler)
 
 
 def test_seed_comes_from_the_loaders_generator_without_data_seed():
@@ -247,11 +267,13 @@ def _batch_sampler_as_sampler(length=16, shuffle=True):
 
 
 def test_batch_sampler_given_as_sampler_is_sharded_like_its_one_process_order():
-    one = prepare_data_loader(_batch_sampler_as_sampler(), num_processes=1, process_index=0, data_seed=5)
+    one = prepare_data_loader(
+        _batch_sampler_as_sampler(), num_processes=1, process_index=0, use_seedable_sampler=True, data_seed=5
+    )
     expected = [batch["x"].tolist() for batch in one]
     assert sorted(i for batch in expected for i in batch) == list(range(16))
     assert all(len(batch) == 4 for batch in expected)
-    ranks = _ranks(_batch_sampler_as_sampler, data_seed=5)
+    ranks = _ranks(_batch_sampler_as_sampler, use_seedable_sampler=True, data_seed=5)
     per_rank = [[batch["x"].tolist() for batch in loader] for loader in ranks]
     assert [len(loader) for loader in ranks] == [2, 2]
     assert [batch for step in zip(*per_rank, strict=True) for batch in step] == expected
@@ -260,7 +282,9 @@ def test_batch_sampler_given_as_sampler_is_sharded_like_its_one_process_order():
 def test_batch_sampler_given_as_sampler_keeps_epochs_and_skips():
     from accel_data import skip_first_batches
 
-    loader = prepare_data_loader(_batch_sampler_as_sampler(), num_processes=2, process_index=1, data_seed=5)
+    loader = prepare_data_loader(
+        _batch_sampler_as_sampler(), num_processes=2, process_index=1, use_seedable_sampler=True, data_seed=5
+    )
     epoch0 = [batch["x"].tolist() for batch in loader]
     epoch1 = [batch["x"].tolist() for batch in loader]
     assert epoch0 != epoch1  # the loader moved the shuffle on to epoch 1

@@ -18,13 +18,33 @@ def test_same_seed_and_epoch_give_the_same_permutation():
 def test_epoch_changes_the_order_and_is_repeatable():
     sampler = SeedableRandomSampler(range(50), seed=3)
     epoch0 = list(sampler)
-    sampler.set_epoch(1)
+    assert sampler.epoch == 1  # a finished pass advances the epoch, as Accelerate's does
     epoch1 = list(sampler)
-    assert sampler.epoch == 1
+    assert sampler.epoch == 2
     assert epoch1 != epoch0 and sorted(epoch1) == list(range(50))
+    sampler.set_epoch(1)
     assert list(sampler) == epoch1
     sampler.set_epoch(0)
     assert list(sampler) == epoch0
+
+
+def test_each_epoch_is_torchs_permutation_of_seed_plus_epoch():
+    # Accelerate's: the generator is seeded with initial_seed + epoch, then RandomSampler draws from it.
+    generator = torch.Generator()
+    sampler = SeedableRandomSampler(range(10), generator=generator, data_seed=42)
+    for epoch in range(3):
+        expected = torch.randperm(10, generator=torch.Generator().manual_seed(42 + epoch)).tolist()
+        assert list(sampler) == expected, epoch
+    assert generator.initial_seed() == 44  # the sampler reseeds the generator it was given
+
+
+def test_a_plain_data_loader_over_it_shuffles_anew_each_epoch():
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(range(12), batch_size=4, sampler=SeedableRandomSampler(range(12), data_seed=7))
+    epochs = [[i for batch in loader for i in batch.tolist()] for _ in range(3)]
+    assert epochs[0] != epochs[1] != epochs[2]
+    assert epochs == [list(SeedableRandomSampler(range(12), data_seed=7 + e)) for e in range(3)]
 
 
 def test_different_seeds_differ():
@@ -78,11 +98,11 @@ def test_accelerates_constructor_is_accepted():
     assert positional.replacement and len(list(positional)) == 12
 
 
-def test_without_a_seed_it_takes_the_generators_or_torchs_initial_seed():
+def test_without_a_seed_it_takes_torchs_initial_seed_even_with_a_generator():
     generator = torch.Generator()
     generator.manual_seed(11)
-    assert SeedableRandomSampler(range(20), generator=generator).seed == 11
     torch.manual_seed(5)
+    assert SeedableRandomSampler(range(20), generator=generator).initial_seed == 5
     assert SeedableRandomSampler(range(20)).seed == 5
 
 

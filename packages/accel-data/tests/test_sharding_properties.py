@@ -30,7 +30,13 @@ def _rank_batches(size, batch_size, n, split, even, drop_last, shuffle):
     for rank in range(n):
         raw = DataLoader(torch.arange(size), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last)
         loader = prepare_data_loader(
-            raw, num_processes=n, process_index=rank, split_batches=split, even_batches=even, data_seed=SEED
+            raw,
+            num_processes=n,
+            process_index=rank,
+            split_batches=split,
+            even_batches=even,
+            use_seedable_sampler=True,
+            data_seed=SEED,
         )
         loaders.append(loader)
         batches.append([batch.tolist() for batch in loader])

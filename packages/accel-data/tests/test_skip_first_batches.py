@@ -40,6 +40,7 @@ def _shard(size, batch_size, num_processes, rank, split_batches, even_batches, d
         process_index=rank,
         split_batches=split_batches,
         even_batches=even_batches,
+        use_seedable_sampler=True,
         data_seed=17,
     )
 
@@ -260,11 +261,11 @@ def test_worker_processes_load_the_rest():
     def make():
         return DataLoader(_Counted(40), batch_size=4, shuffle=True, num_workers=2, persistent_workers=True)
 
-    shard = prepare_data_loader(make(), data_seed=1)
+    shard = prepare_data_loader(make(), use_seedable_sampler=True, data_seed=1)
     full = _items(shard)
     shard.set_epoch(0)
     assert _items(skip_first_batches(shard, 7)) == full[7:]
-    resumed = prepare_data_loader(make(), data_seed=1)
+    resumed = prepare_data_loader(make(), use_seedable_sampler=True, data_seed=1)
     resumed.load_state_dict({"epoch": 0, "batches_yielded": 3})
     assert _items(resumed) == full[3:]
     # Both at epoch 1 now, through their own persistent workers.

@@ -36,7 +36,9 @@ class _Counting(Dataset):
 
 def _prepared(dataset, **kwargs):
     loader = DataLoader(dataset, batch_size=2, shuffle=True)
-    return prepare_data_loader(loader, use_stateful_dataloader=True, data_seed=3, **kwargs)
+    return prepare_data_loader(
+        loader, use_stateful_dataloader=True, use_seedable_sampler=True, data_seed=3, **kwargs
+    )
 
 
 def test_without_torchdata_the_error_is_one_line(monkeypatch):

@@ -81,5 +81,36 @@ def test_a_state_used_after_reset_says_it_was_reset():
     AcceleratorState._reset_state()
     with pytest.raises(StateResetError, match=r"state was reset \(AcceleratorState._reset_state\(\)\)"):
         _ = state.device
-    with pytest.raises(StateResetError, match="'mixed_precision'"):
+    with pytest.raises(StateResetError, match="`mixed_precision`"):
         _ = state.mixed_precision
+
+
+def test_after_a_reset_the_error_has_accelerates_words():
+    # Accelerate's test_reinstantiated_state and test_accelerator_state_after_reset look for them.
+    from accel_state import PartialState
+
+    state = AcceleratorState()
+    with pytest.raises(
+        AttributeError, match="'AcceleratorState' object has no attribute 'someotherthing'"
+    ) as cm:
+        _ = state.someotherthing
+    assert "This happens if" not in str(cm.value)
+    AcceleratorState._reset_state()
+    with pytest.raises(AttributeError) as cm:
+        _ = state.distributed_type
+    message = str(cm.value)
+    assert "`AcceleratorState` object has no attribute `distributed_type`" in message
+    assert (
+        "This happens if `AcceleratorState._reset_state()` was called and an `Accelerator` or "
+        "`PartialState` was not reinitialized" in message
+    )
+    partial = PartialState()
+    PartialState._reset_state()
+    with pytest.raises(AttributeError) as cm:
+        _ = partial.num_processes
+    assert "`PartialState` object has no attribute `num_processes`" in str(cm.value)
+    assert "This happens if `PartialState._reset_state()`" in str(cm.value)
+    with pytest.raises(AttributeError, match="'PartialState' object has no attribute 'someotherthing'"):
+        _ = partial.someotherthing
+    state.someotherthing = "MyValue"
+    assert state.someotherthing == "MyValue"

@@ -49,3 +49,34 @@ def test_dataclass_and_mapping_outputs_are_gathered_as_tensors_not_objects():
     assert isinstance(gathered, _Outputs) and torch.equal(gathered.logits, outputs.logits)
     mapping = collections.UserDict({"logits": torch.ones(2, 3)})
     assert torch.equal(accelerator.gather_for_metrics(mapping)["logits"], mapping["logits"])
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_gather_for_metrics_on_one_process_cuts_the_last_batch_to_its_real_samples(drop_last):
+    # As Accelerate: an output made per batch (the causal LM example's loss.repeat(batch_size))
+    # counts each sample of the short last batch once; per-sample outputs are unchanged.
+    accelerator = Accelerator()
+    loader = accelerator.prepare(
+        torch.utils.data.DataLoader(torch.arange(10), batch_size=4, drop_last=drop_last)
+    )
+    repeated = [len(accelerator.gather_for_metrics(torch.tensor(0.5).repeat(4))) for _ in loader]
+    objects = [len(accelerator.gather_for_metrics(list("abcd"), use_gather_object=True)) for _ in loader]
+    scalars = [accelerator.gather_for_metrics(batch.sum()).dim() for batch in loader]
+    expected = [4, 4] if drop_last else [4, 4, 2]
+    assert repeated == objects == expected
+    assert scalars == [0] * len(expected)  # nothing to cut in a 0-d tensor
+    # Outside a loader's last batch nothing is cut.
+    assert len(accelerator.gather_for_metrics(torch.zeros(4))) == 4
+
+
+def test_the_default_loader_of_an_accelerator_shuffles_as_the_plain_loader():
+    # Accelerate's default (use_seedable_sampler=False): cv_example's epochs match the plain loop's.
+    from accel import DataLoaderConfiguration, set_seed
+
+    assert DataLoaderConfiguration().use_seedable_sampler is False
+    set_seed(7)
+    plain = [[b.tolist() for b in torch.utils.data.DataLoader(torch.arange(10), batch_size=4, shuffle=True)]
+             for _ in range(3)]  # fmt: skip
+    set_seed(7)
+    loader = Accelerator().prepare(torch.utils.data.DataLoader(torch.arange(10), batch_size=4, shuffle=True))
+    assert [[b.tolist() for b in loader] for _ in range(3)] == plain

@@ -19,30 +19,32 @@ def test_without_torchdata_the_configuration_says_so_in_one_line(monkeypatch):
     assert not DataLoaderConfiguration().use_stateful_dataloader  # Accelerate's default
 
 
-def _prepared():
+def _prepared(use_seedable_sampler=True):
     pytest.importorskip("torchdata.stateful_dataloader")
     from accel import AcceleratorState
 
     AcceleratorState._reset_state()
-    config = DataLoaderConfiguration(use_stateful_dataloader=True, data_seed=4)
+    config = DataLoaderConfiguration(
+        use_stateful_dataloader=True, data_seed=4, use_seedable_sampler=use_seedable_sampler
+    )
     accelerator = Accelerator(cpu=True, dataloader_config=config)
     loader = DataLoader(TensorDataset(torch.arange(24)), batch_size=4, shuffle=True)
     return accelerator, accelerator.prepare(loader)
 
 
-def test_save_state_and_load_state_resume_the_loader_mid_epoch(tmp_path):
+@pytest.mark.parametrize("use_seedable_sampler", [True, False])
+def test_save_state_and_load_state_resume_the_loader_mid_epoch(tmp_path, use_seedable_sampler):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    accelerator, loader = _prepared()
+    accelerator, loader = _prepared(use_seedable_sampler)
     assert isinstance(loader, StatefulDataLoader)
-    whole = [batch[0].tolist() for batch in loader]
-    loader.set_epoch(0)
-    batches = iter(loader)
+    list(loader)
+    batches = iter(loader)  # epoch 1, shuffled anew either way
     seen = [next(batches)[0].tolist() for _ in range(2)]
     accelerator.save_state(tmp_path / "checkpoint")
-    del batches
+    whole = seen + [batch[0].tolist() for batch in batches]
 
-    accelerator, resumed = _prepared()
+    accelerator, resumed = _prepared(use_seedable_sampler)
     accelerator.load_state(tmp_path / "checkpoint")  # resumes by itself, as Accelerate's does
     rest = [batch[0].tolist() for batch in resumed]
     assert seen + rest == whole

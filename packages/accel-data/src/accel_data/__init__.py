@@ -10,6 +10,7 @@ from accel_data.prepare import prepare_data_loader
 from accel_data.rng_sync import synchronize_rng_states
 from accel_data.seedable_sampler import SeedableRandomSampler
 from accel_data.skip import SkipBatchSampler, skip_first_batches
+from accel_data.synchronized_sampler import SynchronizedRandomSampler
 
 __all__ = [
     "BatchSamplerShard",
@@ -21,6 +22,7 @@ __all__ = [
     "SeedableRandomSampler",
     "ShardingError",
     "SkipBatchSampler",
+    "SynchronizedRandomSampler",
     "__version__",
     "even_batches_overridden",
     "prepare_data_loader",

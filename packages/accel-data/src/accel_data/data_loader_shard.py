@@ -23,10 +23,13 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from accel_data.rng_sync import synchronize_rng_states
 from accel_data.skip_batch_sampler import SkipBatchSampler
+from accel_data.synchronized_sampler import SynchronizedRandomSampler
 from accel_state import GradientState, send_to_device
 
 # DataLoader arguments that a rebuild over the loader's own batch sampler must not repeat.
 _BATCHING_ARGUMENTS = ("batch_size", "shuffle", "sampler", "drop_last")
+# The state_dict key of what the epoch in progress drew its shuffle from.
+SHUFFLE_KEY = "shuffle"
 
 
 class LoaderStateError(ValueError):
@@ -152,7 +155,17 @@ class DataLoaderShard(DataLoader):
         epoch, done = position.epoch, position.batches_yielded
         if position.finishing:
             epoch, done = epoch + 1, 0
-        return {"epoch": epoch, "batches_yielded": done, "global_batch_size": self.global_batch_size}
+        state: dict[str, Any] = {
+            "epoch": epoch,
+            "batches_yielded": done,
+            "global_batch_size": self.global_batch_size,
+        }
+        sampler = self._synchronized_sampler()
+        record = sampler.pass_record(epoch) if sampler is not None and done else None
+        if record is not None:
+            # The random states a checkpoint restores were taken after this epoch's shuffle.
+            state[SHUFFLE_KEY] = record
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore a position from `state_dict()`: the next pass of that epoch skips what was yielded.
@@ -183,6 +196,25 @@ class DataLoaderShard(DataLoader):
         position = self._position
         position.epoch, position.batches_yielded, position.finishing = epoch, done, False
         position.resume = (epoch, done) if done else None
+        self.restore_shuffle(state_dict)
+
+    def restore_shuffle(self, state_dict: Mapping[str, Any]) -> None:
+        """Make the next pass of the saved epoch shuffle as the saved pass did, if `state_dict` says how.
+
+        What `load_state` calls when the caller skips the batches seen itself (`skip_first_batches`):
+        the random states it restored were taken after that epoch's shuffle was drawn.
+        """
+        sampler = self._synchronized_sampler()
+        if sampler is not None and state_dict.get(SHUFFLE_KEY) is not None:
+            sampler.replay(int(state_dict["epoch"]), state_dict[SHUFFLE_KEY])
+
+    def _synchronized_sampler(self) -> SynchronizedRandomSampler | None:
+        batches = self.index_batches
+        for holder in (batches, getattr(batches, "batch_sampler", None)):
+            sampler = getattr(holder, "sampler", None)
+            if isinstance(sampler, SynchronizedRandomSampler):
+                return sampler
+        return None
 
     def _batches_at_this_size(self, done: int, saved_size: int | None) -> int:
         size = self.global_batch_size

@@ -16,6 +16,7 @@ from accel_data.loader_arguments import kept_arguments
 from accel_data.rng_sync import validate_rng_types
 from accel_data.seedable_sampler import SeedableRandomSampler
 from accel_data.stateful_loader import stateful_shard_class
+from accel_data.synchronized_sampler import SynchronizedRandomSampler
 from accel_state import PartialState, broadcast_object_list
 
 # The attribute by which a dataset says it already yields only this rank's items.
@@ -29,59 +30,76 @@ class _Sharding(NamedTuple):
     even_batches: bool
 
 
-def _agreed_seed(sampler: RandomSampler, data_seed: int | None, state: PartialState) -> int:
-    """Return one shuffle seed for all ranks: `data_seed`, the sampler's generator, or torch's seed."""
+def _agreed_seed(data_seed: int | None, state: PartialState) -> int:
+    """Return one shuffle seed for all ranks: `data_seed`, else torch's initial seed (Accelerate's).
+
+    Without `data_seed`, ranks that were not seeded alike would each take their own initial seed:
+    the main process's is used everywhere.
+    """
     if data_seed is not None:
         return int(data_seed)
-    seed = sampler.generator.initial_seed() if sampler.generator is not None else torch.initial_seed()
+    seed = torch.random.initial_seed()
     if state.use_distributed:
         seed = broadcast_object_list([seed])[0]
     return int(seed)
 
 
-def _seedable(sampler: Any, data_seed: int | None, state: PartialState) -> Any:
-    if not isinstance(sampler, RandomSampler) or isinstance(sampler, SeedableRandomSampler):
-        return sampler  # one built by the user (Accelerate's constructor) keeps its seed
-    return SeedableRandomSampler(
-        sampler.data_source,
-        seed=_agreed_seed(sampler, data_seed, state),
-        replacement=sampler.replacement,
-        num_samples=sampler._num_samples,
-    )
-
-
-def _with_seedable_sampler(
-    batch_sampler: Any, data_seed: int | None, state: PartialState, enabled: bool
+def _replacement_sampler(
+    sampler: Any, data_seed: int | None, state: PartialState, use_seedable_sampler: bool, synchronize: bool
 ) -> Any:
-    """Return `batch_sampler` drawing from a seedable sampler wherever it shuffled with a RandomSampler."""
-    sampler = getattr(batch_sampler, "sampler", None)
-    if not enabled or not isinstance(sampler, RandomSampler) or isinstance(sampler, SeedableRandomSampler):
+    """Return the sampler a prepared loader shuffles with in place of `sampler`, or None to keep it.
+
+    With `use_seedable_sampler`, a RandomSampler becomes a `SeedableRandomSampler` over the same
+    generator (one the user built keeps its seed); without, torch's own RandomSampler becomes a
+    `SynchronizedRandomSampler`, which yields what it would (subclasses are kept as they are).
+    """
+    if not isinstance(sampler, RandomSampler) or isinstance(sampler, SeedableRandomSampler):
+        return None
+    if use_seedable_sampler:
+        return SeedableRandomSampler(
+            sampler.data_source,
+            replacement=sampler.replacement,
+            num_samples=sampler._num_samples,
+            generator=sampler.generator,
+            data_seed=_agreed_seed(data_seed, state),
+        )
+    if type(sampler) is RandomSampler:
+        return SynchronizedRandomSampler(sampler, synchronize=synchronize)
+    return None
+
+
+def _with_sampler(batch_sampler: Any, sampler: Any) -> Any:
+    """Return `batch_sampler` drawing from `sampler`: a new BatchSampler, or the custom one changed."""
+    if sampler is None:
         return batch_sampler
-    seedable = _seedable(sampler, data_seed, state)
     if type(batch_sampler) is BatchSampler:
-        return BatchSampler(seedable, batch_sampler.batch_size, batch_sampler.drop_last)
+        return BatchSampler(sampler, batch_sampler.batch_size, batch_sampler.drop_last)
     # A custom batch sampler over a RandomSampler: swap the sampler it draws from in place.
-    batch_sampler.sampler = seedable
+    batch_sampler.sampler = sampler
     return batch_sampler
 
 
 def _generator_to_synchronize(
-    sampler: Any, dataloader: DataLoader, data_seed: int | None, state: PartialState
+    sampler: Any, dataloader: DataLoader, data_seed: int | None, state: PartialState, num_processes: int
 ) -> torch.Generator | None:
     """Return the generator whose state must agree across ranks each epoch (None when there is none).
 
     A custom sampler that shuffles with its own generator (SubsetRandomSampler, WeightedRandomSampler)
-    would draw a different order on every rank; one that has no generator yet gets one, seeded alike.
+    would draw a different order on every rank; on N processes one that has no generator yet gets
+    one, seeded alike (on one process it is left as it is, as Accelerate leaves it).
     """
-    if isinstance(sampler, SeedableRandomSampler):
+    if isinstance(sampler, SynchronizedRandomSampler) and sampler.generator is not None:
+        return sampler.generator
+    if isinstance(sampler, RandomSampler):
         return dataloader.generator
-    if hasattr(sampler, "generator") and not isinstance(sampler, RandomSampler):
-        if sampler.generator is None:
+    if hasattr(sampler, "generator"):
+        if sampler.generator is None and num_processes > 1:
             seed = data_seed if data_seed is not None else torch.initial_seed()
             if state.use_distributed and data_seed is None:
                 seed = broadcast_object_list([seed])[0]
             sampler.generator = torch.Generator().manual_seed(int(seed))
-        return sampler.generator
+        if sampler.generator is not None:
+            return sampler.generator
     return dataloader.generator
 
 
@@ -106,16 +124,18 @@ def prepare_data_loader(
     even_batches: bool = True,
     data_seed: int | None = None,
     non_blocking: bool = False,
-    use_seedable_sampler: bool = True,
+    use_seedable_sampler: bool = False,
     dispatch_batches: bool | None = None,
     use_stateful_dataloader: bool = False,
 ) -> DataLoader:
     """Return a loader that yields only this process's batches (on `device` if `put_on_device`).
 
-    Map-style datasets are sharded by batch (see `BatchSamplerShard`); a shuffling sampler is
-    replaced by one whose order depends on seed and epoch only, the same on every rank. A custom
-    sampler with its own generator has that generator synchronised from the main process at the
-    start of every pass (`rng_types` defaults to ["generator"] then; pass a list to choose).
+    Map-style datasets are sharded by batch (see `BatchSamplerShard`). A RandomSampler keeps
+    torch's order (that of the plain loader on one process), drawn by the main process for every
+    rank (`SynchronizedRandomSampler`); with `use_seedable_sampler` it is replaced by a
+    `SeedableRandomSampler`, whose order depends on seed and epoch only. A custom sampler with its
+    own generator has that generator synchronised from the main process at the start of every pass
+    (`rng_types` defaults to ["generator"] then; pass a list to choose).
 
     `dispatch_batches` (default: True for an IterableDataset, False otherwise): the main process
     reads every global batch and sends each rank its slice (`DataLoaderDispatcher`). With False, an
@@ -154,16 +174,20 @@ def prepare_data_loader(
             "a DataLoader with batch_size=None (no automatic batching) cannot be sharded unless its "
             f"sampler is a BatchSampler; got {type(dataloader.sampler).__name__}"
         )
-    batches = dataloader.sampler if sampler_is_batches else dataloader.batch_sampler
-    batch_sampler = _with_seedable_sampler(batches, data_seed, state, use_seedable_sampler)
-    generator = _generator_to_synchronize(
-        getattr(batch_sampler, "sampler", None), dataloader, data_seed, state
-    )
+    batch_sampler: Any = dataloader.sampler if sampler_is_batches else dataloader.batch_sampler
+    sampler = getattr(batch_sampler, "sampler", None)
+    dispatching = bool(dispatch_batches) and num_processes > 1
+    # A dispatched loader is read by the main process alone: nothing to synchronise in its sampler.
+    synchronize = num_processes > 1 and not dispatching
+    if use_seedable_sampler or not dispatching:
+        replacement = _replacement_sampler(sampler, data_seed, state, use_seedable_sampler, synchronize)
+        batch_sampler = _with_sampler(batch_sampler, replacement)
+        sampler = getattr(batch_sampler, "sampler", None)
+    generator = _generator_to_synchronize(sampler, dataloader, data_seed, state, num_processes)
     common["synchronized_generator"] = generator
     if generator is not None and explicit_rng_types is None and num_processes > 1:
         common["rng_types"] = ["generator"]
-    if dispatch_batches and num_processes > 1:
-        sampler = getattr(batch_sampler, "sampler", None)
+    if dispatching:
         dispatcher = _dispatcher(dataloader, state, sharding, common, sampler=sampler)
         _check_stateful(dispatcher, use_stateful_dataloader)
         return dispatcher

@@ -1,12 +1,14 @@
-"""A random sampler whose order is a function of (seed, epoch) alone.
+"""A random sampler whose order is a function of (seed, epoch) alone, as Accelerate's.
 
 Every rank builds the same permutation without talking to the others, and the order does not
 depend on how many processes share it: the property that makes 1-process and N-process runs
 train on the same global sequence of batches.
 
-It takes Accelerate's constructor (a `RandomSampler`'s arguments plus `data_seed`), so code that
-builds one itself runs unchanged. Unlike Accelerate's, iterating does not advance the epoch:
-the loader (or the user) calls `set_epoch`, so iterating twice repeats the order.
+It behaves as Accelerate's `SeedableRandomSampler`: each pass seeds the sampler's generator
+(created on first use when none was given) with `initial_seed + epoch`, draws what torch's
+`RandomSampler` draws from it, and a pass run to its end advances the epoch. A plain `DataLoader`
+over it therefore shuffles anew every epoch, and gives the same order as a prepared loader
+(which sets the epoch before each pass).
 """
 
 from __future__ import annotations
@@ -17,11 +19,17 @@ import torch
 from torch.utils.data import RandomSampler
 
 
-class SeedableRandomSampler(RandomSampler):
-    """Shuffles indices with a generator seeded by `seed + epoch`; `set_epoch` picks the epoch.
+def _default_device_generator() -> torch.Generator:
+    """Return a new generator on torch's default device (where `randperm` draws by default)."""
+    get_default_device = getattr(torch, "get_default_device", None)
+    return torch.Generator(device=get_default_device() if get_default_device is not None else "cpu")
 
-    The seed is `data_seed`; without it, the initial seed of `generator`, else torch's initial
-    seed when the sampler is built (as Accelerate's). `seed` is the same as `data_seed`.
+
+class SeedableRandomSampler(RandomSampler):
+    """Shuffles indices with its generator seeded by `initial_seed + epoch`.
+
+    The seed is `data_seed` (or its alias `seed`); without it, torch's initial seed when the
+    sampler is built, as Accelerate's (the generator's own seed is not used: each pass reseeds it).
     """
 
     def __init__(
@@ -44,17 +52,15 @@ class SeedableRandomSampler(RandomSampler):
         self._num_samples = num_samples
         self.generator = generator
         chosen = data_seed if data_seed is not None else seed
-        if chosen is None:
-            chosen = generator.initial_seed() if generator is not None else torch.initial_seed()
-        self.seed = int(chosen)
+        self.initial_seed = int(chosen) if chosen is not None else torch.random.initial_seed()
         self.epoch = 0
         if self.num_samples <= 0 and len(data_source) > 0:
             raise ValueError(f"num_samples must be a positive integer, got {self.num_samples}")
 
     @property
-    def initial_seed(self) -> int:
-        """Accelerate's name for the seed."""
-        return self.seed
+    def seed(self) -> int:
+        """The seed of epoch 0 (Accelerate's `initial_seed`)."""
+        return self.initial_seed
 
     @property
     def num_samples(self) -> int:
@@ -62,21 +68,16 @@ class SeedableRandomSampler(RandomSampler):
         return len(self.data_source) if self._num_samples is None else self._num_samples
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose permutation the next iteration yields."""
+        """Choose the epoch whose permutation the next pass yields."""
         self.epoch = int(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        size = len(self.data_source)
-        generator = torch.Generator()
-        generator.manual_seed(self.seed + self.epoch)
-        if self.replacement:
-            yield from torch.randint(size, (self.num_samples,), generator=generator).tolist()
-            return
-        remaining = self.num_samples
-        while remaining > 0:
-            chunk = torch.randperm(size, generator=generator).tolist()[:remaining]
-            yield from chunk
-            remaining -= len(chunk)
+        if self.generator is None:
+            self.generator = _default_device_generator()
+        self.generator.manual_seed(self.initial_seed + self.epoch)
+        if len(self.data_source) > 0:  # RandomSampler divides by the dataset's length
+            yield from super().__iter__()
+        self.set_epoch(self.epoch + 1)
 
     def __len__(self) -> int:
         return self.num_samples

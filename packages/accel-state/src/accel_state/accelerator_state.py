@@ -8,17 +8,14 @@ from typing import Any
 from accel_state import env_vars
 from accel_state.choices import MIXED_PRECISION_CHOICES
 from accel_state.distributed_type import DistributedType
-from accel_state.partial_state import PartialState
+from accel_state.partial_state import PartialState, StateResetError, reset_error
+
+__all__ = ["AcceleratorState", "MixedPrecisionError", "StateResetError", "resolve_mixed_precision"]
 from accel_state.shared_state import SharedDict
 
 
 class MixedPrecisionError(ValueError):
     """An unknown mixed-precision mode was asked for."""
-
-
-class StateResetError(RuntimeError, AttributeError):
-    """An object built before `AcceleratorState._reset_state()` was used after it (an AttributeError
-    too, as Accelerate raises one there)."""
 
 
 def resolve_mixed_precision(requested: str | None) -> str:
@@ -102,11 +99,16 @@ class AcceleratorState:
             raise AttributeError(name)
         if "_partial" not in self._shared_state:
             # Every instance is built initialized, so an empty shared dict means it was reset since.
-            raise StateResetError(
-                f"cannot read {name!r}: this Accelerator's state was reset "
-                "(AcceleratorState._reset_state()); build a new Accelerator"
-            )
-        return getattr(self._shared_state["_partial"], name)
+            raise reset_error("AcceleratorState", name)
+        partial = self._shared_state["_partial"]
+        try:
+            return getattr(partial, name)
+        except StateResetError:
+            raise
+        except AttributeError:
+            if hasattr(type(partial), name):
+                raise  # a property of the process facts failed: its own error says why
+            raise AttributeError(f"'AcceleratorState' object has no attribute '{name}'") from None
 
     def __repr__(self) -> str:
         return f"{self._partial!r}Mixed precision type: {self.mixed_precision}\n"

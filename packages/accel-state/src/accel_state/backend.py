@@ -210,6 +210,9 @@ class BackendDefaults:
     overrides what its engine does differently, so the facade never asks whether it has them."""
 
     replicates_model: bool = False
+    # Whether `join` lets ranks run different numbers of steps (torch's Join over DDP); where it is
+    # False, join_uneven_inputs warns and does nothing, as Accelerate does outside multi-device DDP.
+    supports_join: bool = False
     deepspeed_plugin: Any = None
     fsdp_plugin: Any = None
 
@@ -344,6 +347,15 @@ def seed_backend_generators(distributed_type: DistributedType | str, seed: int) 
     )
     if manual_seed is not None:
         manual_seed(seed)
+
+
+def joins_uneven_inputs(distributed_type: DistributedType | str) -> bool:
+    """Return whether the backend registered for `distributed_type` supports `join` (False if none is)."""
+    try:
+        factory = backend_factory(distributed_type)
+    except BackendNotAvailableError:
+        return False
+    return bool(getattr(factory, "supports_join", False))
 
 
 def create_backend(

@@ -35,6 +35,7 @@ class NativeBackend(PrecisionSteps, BackendDefaults):
 
     per_thread_state = False
     replicates_model = True  # every process holds and steps the whole model (LocalSGD can average it)
+    supports_join = True  # torch's Join shadows DDP's collectives on ranks that ran out of batches
 
     @classmethod
     def is_available(cls) -> bool:

@@ -61,6 +61,30 @@ def resolve_timeout(timeout: datetime.timedelta | float | None) -> datetime.time
     return datetime.timedelta(seconds=seconds)
 
 
+# What __init__ sets: reading one of them from a state that was reset is a StateResetError.
+_PROCESS_FACTS = frozenset(
+    {
+        "launch_environment", "num_processes", "process_index", "local_process_index",
+        "num_local_processes", "device", "backend", "communicator", "debug", "check_collectives",
+        "timeout", "fork_launched", "distributed_type",
+    }
+)  # fmt: skip
+
+
+class StateResetError(RuntimeError, AttributeError):
+    """An object built before `AcceleratorState._reset_state()` was used after it (an AttributeError
+    too, as Accelerate raises one there)."""
+
+
+def reset_error(owner: str, name: str) -> StateResetError:
+    """Return the error for reading `name` from an `owner` state that was reset (Accelerate's words first)."""
+    return StateResetError(
+        f"`{owner}` object has no attribute `{name}`. This happens if `{owner}._reset_state()` was called "
+        f"and an `Accelerator` or `PartialState` was not reinitialized: the state was reset "
+        f"({owner}._reset_state()); build a new Accelerator"
+    )
+
+
 class PartialState:
     """Rank, world size, device and process group of this process, initialised once."""
 
@@ -125,6 +149,12 @@ class PartialState:
     def _reset_state(cls) -> None:
         """Forget the shared state (tests only); the process group itself stays up."""
         cls._shared_state.clear()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names not set on the shared dict: after a reset, the process facts.
+        if name in _PROCESS_FACTS and not self.initialized:
+            raise reset_error("PartialState", name)
+        raise AttributeError(f"'PartialState' object has no attribute '{name}'")
 
     def __repr__(self) -> str:
         return (

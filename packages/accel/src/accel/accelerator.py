@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -32,11 +33,13 @@ from accel.training_triggers import TrainingTriggers
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
 from accel_state import (
     AcceleratorState,
+    DistributedType,
     GradientAccumulationPlugin,
     GradientState,
     KwargsHandler,
     PreparedObjects,
     create_backend,
+    joins_uneven_inputs,
 )
 from accel_state import collectives as _collectives
 from accel_state.memory import release_memory
@@ -337,6 +340,18 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         others' collectives (torch's `Join`). `even_batches` overrides the prepared loaders' setting
         inside the block."""
         if not self.use_distributed:
+            yield
+            return
+        # The state's type, not the backend's: Accelerate's tests reassign it to reach this branch.
+        distributed_type = self.state.distributed_type
+        if not joins_uneven_inputs(distributed_type):
+            kind = DistributedType(distributed_type).value
+            warnings.warn(
+                "Joining uneven inputs is only supported for multi-GPU training, as a result "
+                f"`join_uneven_inputs` will have no effect (distributed_type={kind}; multi-CPU DDP joins "
+                "too): give every rank the same number of batches (even_batches=True)",
+                stacklevel=3,
+            )
             yield
             return
         from accel_data import even_batches_overridden

@@ -83,6 +83,9 @@ def _restore_loader(loader: Any, state: dict[str, Any], resume_position: bool) -
         # Only the epoch: the caller skips the batches already seen (skip_first_batches), and two
         # mechanisms that both skip would skip twice.
         loader.set_epoch(state["epoch"])
+        restore_shuffle = getattr(loader, "restore_shuffle", None)
+        if callable(restore_shuffle):
+            restore_shuffle(state)  # that epoch's order, drawn before the restored random states
 
 
 def check_resumable_loaders(loaders: list[Any]) -> None:

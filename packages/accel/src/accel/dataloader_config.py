@@ -11,7 +11,7 @@ class DataLoaderConfiguration:
 
     split_batches: bool = False
     even_batches: bool = True
-    use_seedable_sampler: bool = True
+    use_seedable_sampler: bool = False
     non_blocking: bool = False
     data_seed: int | None = None
     # None: the main process reads and dispatches batches of iterable datasets, map-style ones are

@@ -1,5 +1,8 @@
 """`gather_for_metrics`: gather evaluation outputs and keep exactly one row per real sample.
 
+On one process nothing is padded, but, as in Accelerate, the outputs of the loader's last batch
+are cut to that batch's real samples (`cut_last_batch`).
+
 With `even_batches` the last global batch is padded with samples from the start of the epoch;
 the active loader reports how many real samples it holds (`remainder`), and the padding always
 follows them in rank order, so keeping the first `remainder` rows is exact. Anything that does
@@ -46,7 +49,9 @@ def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -
             gathered = gather_uneven(data)
     except CollectiveShapeError as error:
         raise CollectiveShapeError(f"gather_for_metrics: {error}") from error
-    if num_processes == 1 or remainder < 0 or not gradient_state.end_of_dataloader:
+    if num_processes == 1:
+        return cut_last_batch(gathered, loader) if gradient_state.end_of_dataloader else gathered
+    if remainder < 0 or not gradient_state.end_of_dataloader:
         return gathered
     if (use_gather_object or not tensors_only) and not isinstance(data, (list, tuple)):
         raise GatherForMetricsError(
@@ -54,6 +59,41 @@ def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -
             f"the padded samples of the last batch, got {type(data).__name__}"
         )
     return trim_padding(gathered, remainder, getattr(loader, "total_batch_size", None))
+
+
+def last_batch_size(loader: Any) -> int | None:
+    """Return the samples of a sized loader's short last batch (None: none, or not known).
+
+    What Accelerate calls the remainder on one process: the dataset's length modulo the batch
+    size, when the last batch is not dropped.
+    """
+    total = getattr(loader, "total_dataset_length", None)
+    size = getattr(loader, "total_batch_size", None)
+    drop_last = getattr(
+        getattr(loader, "batch_sampler", None), "drop_last", getattr(loader, "drop_last", False)
+    )
+    if not total or not size or drop_last:
+        return None
+    return total % size or None
+
+
+def cut_last_batch(gathered: Any, loader: Any) -> Any:
+    """Return one process's `gathered` cut to the real samples of the loader's short last batch.
+
+    As Accelerate does on one process: every tensor (or list) is cut to that many rows, so an
+    output made per batch rather than per sample (`loss.repeat(batch_size)`) counts each sample
+    once; what holds fewer rows, or has no rows (a 0-d tensor, a dict), is left as it is.
+    """
+    rows = last_batch_size(loader)
+    if rows is None:
+        return gathered
+    if isinstance(gathered, (list, tuple)) and not any(isinstance(item, torch.Tensor) for item in gathered):
+        return gathered[:rows]
+
+    def cut(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor[:rows] if tensor.dim() > 0 else tensor
+
+    return recursively_apply(cut, gathered)
 
 
 def trim_padding(gathered: Any, remainder: int, expected_rows: int | None) -> Any:
