@@ -77,7 +77,10 @@ def test_registered_factory_builds_the_backend_with_its_options(registry):
 
 def test_unknown_type_without_registration_names_type_and_extra(registry):
     backend_module._registry.pop(DistributedType.DEEPSPEED, None)
-    with pytest.raises(BackendNotAvailableError, match=r"DEEPSPEED.*accel\[deepspeed\]"):
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"DEEPSPEED; install its adapter package, accel-deepspeed .*packages/accel-deepspeed/README.md",
+    ):
         create_backend(DistributedType.DEEPSPEED, PartialState())
 
 
@@ -85,7 +88,10 @@ def test_a_factory_whose_libraries_are_missing_is_not_available(registry):
     factory = _FakeFactory()
     factory.available = False
     register_backend(DistributedType.FSDP, factory)
-    with pytest.raises(BackendNotAvailableError, match=r"FSDP.*accel\[fsdp\]"):
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"FSDP \(_FakeFactory\) cannot run here: a library it needs is missing; check torch's install$",
+    ):
         create_backend(DistributedType.FSDP, PartialState())
 
 

@@ -317,11 +317,20 @@ def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
         or _load_built_in(distributed_type)
         or _load_entry_point(distributed_type)
     )
-    if factory is None or not factory.is_available():
+    name = distributed_type.value
+    adapter = f"accel-{name.lower()}"
+    where = f"the install line is in packages/{adapter}/README.md of the repository"
+    if factory is None:
         raise BackendNotAvailableError(
-            f"no backend is installed for distributed type {distributed_type.value}; "
-            f"install its adapter package, accel-{distributed_type.value.lower()} (the install line is in "
-            f"packages/accel-{distributed_type.value.lower()}/README.md of the repository)"
+            f"no backend is installed for distributed type {name}; "
+            f"install its adapter package, {adapter} ({where})"
+        )
+    if not factory.is_available():
+        needs = "torch's" if distributed_type in _BUILT_IN else f"{adapter}'s"
+        hint = "" if distributed_type in _BUILT_IN else f" ({where})"
+        raise BackendNotAvailableError(
+            f"the backend of distributed type {name} ({type(factory).__name__}) cannot run here: a library "
+            f"it needs is missing; check {needs} install{hint}"
         )
     _registry[distributed_type] = factory
     return factory
