@@ -75,7 +75,9 @@ def test_a_shuffled_loader_gives_disjoint_shards_of_one_permutation_per_epoch(sh
         batches = {rank: epochs[rank][epoch]["batches"] for rank in (0, 1)}
         assert len(batches[0]) == len(batches[1]) == 4
         # replica r takes global batches r, r + 2, ...: interleaved, they are one permutation
-        order = [sample for pair in zip(batches[0], batches[1]) for batch in pair for sample in batch]
+        order = [
+            sample for pair in zip(batches[0], batches[1], strict=True) for batch in pair for sample in batch
+        ]
         assert sorted(order) == list(range(24)), f"the replicas' shards overlap or miss samples: {batches}"
         orders.append(order)
     assert orders[0] != orders[1]  # each epoch its own shuffle
