@@ -19,6 +19,14 @@ def _isolated_config(tmp_path_factory, monkeypatch):
             monkeypatch.delenv(name)
 
 
+@pytest.fixture
+def script(tmp_path) -> str:
+    """A script that only prints: what the launch tests hand `accel launch`."""
+    path = tmp_path / "train.py"
+    path.write_text("print('hi')\n")
+    return str(path)
+
+
 def _is_running(pid: int) -> bool:
     """Return True when `pid` is a live process (a zombie waiting to be reaped counts as gone)."""
     if Path("/proc").is_dir():

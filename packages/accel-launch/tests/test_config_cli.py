@@ -20,13 +20,6 @@ def _no_config_env(monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
-@pytest.fixture
-def script(tmp_path):
-    path = tmp_path / "train.py"
-    path.write_text("print('hi')\n")
-    return str(path)
-
-
 def _write(path, text):
     path.write_text(text)
     return str(path)

@@ -14,13 +14,6 @@ from accel_launch.config_schema import ConfigError
 from accel_launch.effective_config import resolve_config
 
 
-@pytest.fixture
-def script(tmp_path):
-    path = tmp_path / "train.py"
-    path.write_text("print('hi')\n")
-    return str(path)
-
-
 def _write(path, text):
     path.write_text(text)
     return str(path)
