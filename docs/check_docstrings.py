@@ -23,10 +23,10 @@ REFERENCE = ROOT / "docs" / "reference"
 PUBLIC_SUBMODULES = ("accel.utils", "accel.logging", "accel.local_sgd")
 # Protocols whose method docstrings also document their structural implementations.
 PROTOCOLS = (
-    "accel_state.backend.Backend",
-    "accel_state.backend.BackendFactory",
-    "accel_state.communication.Communicator",
-    "accel_state.precision_protocol.Precision",
+    "accel_state.seam.backend.Backend",
+    "accel_state.seam.backend.BackendFactory",
+    "accel_state.seam.communication.Communicator",
+    "accel_state.seam.precision_protocol.Precision",
 )
 DIRECTIVE = re.compile(r"^:::\s+(\S+)", re.MULTILINE)
 

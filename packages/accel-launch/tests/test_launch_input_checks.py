@@ -12,7 +12,7 @@ from accel_launch.config_file import ConfigLocation, read_config
 from accel_launch.config_schema import ConfigError
 from accel_launch.launch_options import LaunchOptionsError
 from accel_launch.machine_limits import MachineLimits, check_process_count, machine_limits
-from accel_state import env_vars
+from accel_state.environment import env_vars
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_good_accel_env_vars_launch(script, launched, monkeypatch):
 
 def test_every_accel_env_var_of_the_library_is_checked():
     names = {value for value in vars(env_vars).values() if str(value).startswith("ACCEL_")}
-    assert names, "no ACCEL_* names found in accel_state.env_vars"
+    assert names, "no ACCEL_* names found in accel_state.environment.env_vars"
     assert sorted(names - set(env_check.CHECKS)) == []
 
 

@@ -221,7 +221,7 @@ class FakeXlaBackend:
 
 @pytest.fixture
 def fake_xla_backend(monkeypatch):
-    from accel_state import backend
+    from accel_state.seam import backend
 
     FakeXlaBackend.calls = []
     monkeypatch.setitem(backend._registry, backend.DistributedType.XLA, FakeXlaBackend)

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from accel_state import availability
+from accel_state.environment import availability
 
 PROBES = sorted(
     name
@@ -64,7 +64,7 @@ def test_device_probes_ask_torch():
 
 def test_probing_imports_none_of_the_probed_packages():
     code = (
-        "import sys, accel_state.availability as a\n"
+        "import sys, accel_state.environment.availability as a\n"
         "[getattr(a, n)() for n in dir(a) if n.startswith('is_') and n.endswith('_available')]\n"
         "heavy = {'deepspeed', 'torch_xla', 'wandb', 'tensorboard', 'transformers', 'datasets', 'mlflow'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"

@@ -20,8 +20,8 @@ from accel_state import (
     create_backend,
     register_backend,
 )
-from accel_state import backend as backend_module
-from accel_state.shared_state import per_thread_state, use_per_thread_state
+from accel_state.seam import backend as backend_module
+from accel_state.shared_state.storage import per_thread_state, use_per_thread_state
 
 
 @pytest.fixture

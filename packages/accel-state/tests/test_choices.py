@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from accel_state import DistributedType, choices
+from accel_state import DistributedType
+from accel_state.environment import choices
 
 
 def test_every_distributed_type_of_the_library_is_accepted_in_a_config_file():

@@ -9,8 +9,8 @@ from collections import namedtuple
 import pytest
 import torch
 
-from accel_state import CollectiveShapeError, CollectiveTimeoutError, PartialState, env_vars
-from accel_state.collective_header import (
+from accel_state import CollectiveShapeError, CollectiveTimeoutError, PartialState
+from accel_state.collectives.header import (
     EXCHANGE_BYTES,
     FIXED_FIELDS,
     HEADER_BYTES,
@@ -33,9 +33,10 @@ from accel_state.collective_header import (
     unpack_gathered,
     unpack_one,
 )
-from accel_state.nested import tensor_leaves
-from accel_state.shape_check import agree_across_ranks, mismatch_message
-from accel_state.timeouts import named_collective
+from accel_state.collectives.nested import tensor_leaves
+from accel_state.collectives.shape_check import agree_across_ranks, mismatch_message
+from accel_state.environment import env_vars
+from accel_state.process_group.timeouts import named_collective
 
 
 def header(data, operation="gather", **kwargs):

@@ -94,7 +94,7 @@ def test_pad_across_processes_is_the_identity():
 
 
 def test_a_lost_peer_is_recognised_and_no_rank_left_without_a_group():
-    from accel_state import rank_exit
+    from accel_state.process_group import rank_exit
 
     gloo = RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:20667. This is typically ...")
     assert rank_exit.is_lost_peer(gloo)

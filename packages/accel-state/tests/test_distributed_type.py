@@ -8,10 +8,10 @@ from accel_state import (
     BackendNotAvailableError,
     DistributedType,
     EnvVarError,
-    choices,
     resolve_distributed_type,
 )
-from accel_state import backend as backend_module
+from accel_state.environment import choices
+from accel_state.seam import backend as backend_module
 
 ACCELERATE_MEMBERS = (
     "NO", "MULTI_CPU", "MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from accel_state import EnvVarError, detect_launch_environment, env_vars
+from accel_state import EnvVarError, detect_launch_environment
+from accel_state.environment import env_vars
 
 NAME = "ACCEL_TEST_VARIABLE"
 

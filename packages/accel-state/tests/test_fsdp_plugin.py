@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from accel_state import FsdpConfigError, FullyShardedDataParallelPlugin
-from accel_state.backend import _BUILT_IN
-from accel_state.distributed_type import DistributedType
-from accel_state.fsdp_wrap import modules_to_shard
+from accel_state.backends.fsdp.wrap import modules_to_shard
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.seam.backend import _BUILT_IN
 
 FSDP_VARS = (
     "ACCEL_FSDP_VERSION",
@@ -40,7 +40,7 @@ def test_defaults_are_fsdp2_sharded_checkpoints_and_no_wrap():
     assert plugin.reshard_after_forward is True
     assert plugin.state_dict_type == "SHARDED_STATE_DICT"
     assert plugin.distributed_type is DistributedType.FSDP
-    assert _BUILT_IN[DistributedType.FSDP] == "accel_state.fsdp_backend:FsdpBackend"
+    assert _BUILT_IN[DistributedType.FSDP] == "accel_state.backends.fsdp.backend:FsdpBackend"
 
 
 def test_unset_fields_come_from_the_launchers_variables(monkeypatch):
@@ -287,7 +287,7 @@ def test_fsdp1_mixed_precision_becomes_an_fsdp2_policy_saying_what_it_drops():
 
 
 def test_ignored_modules_name_modules_or_match_their_names():
-    from accel_state.fsdp1_options import ignored_parameters
+    from accel_state.backends.fsdp.fsdp1_options import ignored_parameters
 
     model = Net()
     by_regex = ignored_parameters(model, r"blocks\.\d")

@@ -21,8 +21,8 @@ from accel_state import (
     TorchCommunicator,
     register_backend,
 )
-from accel_state import backend as backend_module
-from accel_state.ddp_comm_hooks import register_comm_hook
+from accel_state.backends.native.ddp_comm_hooks import register_comm_hook
+from accel_state.seam import backend as backend_module
 
 
 class _RecordingFactory:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_state.json_object import JsonObjectError, json_object_problem, read_json_object
+from accel_state.environment.json_object import JsonObjectError, json_object_problem, read_json_object
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from accel_state import LaunchEnvironment, LaunchEnvironmentError, detect_launch_environment
-from accel_state.launch_env import DEFAULT_MASTER_PORT
+from accel_state.environment.launch_env import DEFAULT_MASTER_PORT
 
 # Launcher variables the shared fixture does not clear; cleared here so the host cannot leak in.
 _EXTRA_VARS = (

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from accel_state import find_executable_batch_size, release_memory
-from accel_state.memory import should_reduce_batch_size
+from accel_state.environment.memory import should_reduce_batch_size
 
 
 def test_a_cuda_out_of_memory_halves_the_batch_until_it_fits():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from accel_state import recursively_apply, send_to_device
-from accel_state.nested import leaves, tensor_leaves
+from accel_state.collectives.nested import leaves, tensor_leaves
 
 Pair = namedtuple("Pair", ["left", "right"])
 

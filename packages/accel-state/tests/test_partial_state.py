@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from accel_state import DistributedType, EnvVarError, PartialState
-from accel_state.device import choose_device, choose_process_group_backend
-from accel_state.partial_state import DEFAULT_TIMEOUT
+from accel_state.environment.device import choose_device, choose_process_group_backend
+from accel_state.shared_state.partial_state import DEFAULT_TIMEOUT
 
 
 def test_single_process_facts():

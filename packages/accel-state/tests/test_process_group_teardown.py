@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accel_state import process_group
+from accel_state.process_group import group as process_group
 
 
 def test_releases_run_before_the_group_is_destroyed_even_if_one_fails(monkeypatch):

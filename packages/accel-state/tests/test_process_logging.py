@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from accel_state import EnvVarError, PartialState
-from accel_state.process_logging import LoggerStateError, MultiProcessAdapter, get_logger
+from accel_state.shared_state.process_logging import LoggerStateError, MultiProcessAdapter, get_logger
 
 
 def test_logging_before_the_state_exists_is_an_error_naming_the_fix():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel_state.splitting import split_for_process
+from accel_state.shared_state.splitting import split_for_process
 
 
 @pytest.mark.parametrize("length", range(0, 11))

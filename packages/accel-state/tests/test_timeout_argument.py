@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from accel_state import EnvVarError, PartialState
-from accel_state.partial_state import DEFAULT_TIMEOUT, resolve_timeout
+from accel_state.shared_state.partial_state import DEFAULT_TIMEOUT, resolve_timeout
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import importlib.util
 import pytest
 
 from accel_state import DistributedType, resolve_distributed_type
-from accel_state import distributed_type as detection
+from accel_state.environment import distributed_type as detection
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def _square(x: int) -> int:
 
 
 def test_the_launcher_finds_the_backends_launch_through_the_seam():
-    from accel_state.backend import BackendNotAvailableError, replica_launcher
+    from accel_state.seam.backend import BackendNotAvailableError, replica_launcher
     from accel_xla import XlaBackend
 
     assert replica_launcher("XLA") == XlaBackend.launch

@@ -12,13 +12,13 @@ import torch
 
 import accel_data
 import accel_state
-from accel_state import availability
+from accel_state.environment import availability
 
 LAYOUT_MODULES = ("accel.utils", "accel.logging", "accel.local_sgd", "accel.data_loader", "accel.state")
 
 
 def test_import_accel_imports_none_of_the_layout_modules():
-    watched = (*LAYOUT_MODULES, "accel_state.availability")
+    watched = (*LAYOUT_MODULES, "accel_state.environment.availability")
     code = f"import sys, accel\nprint([m for m in {watched!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -101,7 +101,7 @@ def test_logging_and_state_and_data_loader_names_are_the_split_packages_objects(
     import accel.data_loader
     import accel.logging
     import accel.state
-    from accel_state import process_logging
+    from accel_state.shared_state import process_logging
 
     assert accel.logging.get_logger is process_logging.get_logger
     assert accel.logging.MultiProcessAdapter is process_logging.MultiProcessAdapter

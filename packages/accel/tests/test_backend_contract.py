@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accel import Accelerator, CheckpointError, DistributedType
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler
 from accel_state import BackendDefaults, PreparedObjects, ProcessSetup, TorchCommunicator
-from accel_state import backend as backend_module
+from accel_state.seam import backend as backend_module
 
 
 class _EngineModule(torch.nn.Module):

@@ -137,7 +137,7 @@ def test_init_process_group_timeout_given_twice_is_refused():
 
 
 def test_process_group_backend_reaches_the_backends_choice():
-    from accel_state.device import choose_process_group_backend
+    from accel_state.environment.device import choose_process_group_backend
 
     cpu = torch.device("cpu")
     assert choose_process_group_backend(cpu) == "gloo"

@@ -62,7 +62,7 @@ def test_every_error_a_user_may_catch_is_exported_by_its_package_and_by_accel():
 
 def test_accelerates_last_top_level_helpers_are_the_packages_objects():
     import accel_data
-    from accel_state import memory
+    from accel_state.environment import memory
 
     assert accel.skip_first_batches is accel_data.skip_first_batches
     assert accel.find_executable_batch_size is memory.find_executable_batch_size

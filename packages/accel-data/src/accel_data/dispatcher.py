@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from accel_data.batch_rows import concat_rows, count_rows, take_rows
 from accel_data.iterable_shard import check_sharding
 from accel_state import GradientState, PartialState, send_to_device
-from accel_state.timeouts import names_collective
+from accel_state.process_group.timeouts import names_collective
 
 
 class DispatchError(RuntimeError):

@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import RandomSampler
 
 from accel_state import PartialState, broadcast_object_list
-from accel_state.timeouts import named_collective
+from accel_state.process_group.timeouts import named_collective
 
 
 class SynchronizedRandomSampler(RandomSampler):

@@ -29,17 +29,17 @@ from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
 from accel_deepspeed.plugin import DeepSpeedPlugin
 from accel_deepspeed.process_setup import setup_deepspeed_process
 from accel_deepspeed.teardown import release_at_exit
-from accel_state.backend import (
+from accel_state.backends.native.backend import unwrap
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.seam.backend import (
     BackendDefaults,
     BackendOptions,
     ProcessFacts,
     ProcessGroupOptions,
     ProcessSetup,
 )
-from accel_state.gradient_state import GradientState
-from accel_state.launch_env import LaunchEnvironment
-from accel_state.native_backend import unwrap
-from accel_state.prepared_objects import PreparedObjects
+from accel_state.seam.prepared_objects import PreparedObjects
+from accel_state.shared_state.gradient_state import GradientState
 
 # The folder inside an accel checkpoint that holds the engine's own checkpoint files.
 ENGINE_CHECKPOINT = "deepspeed"

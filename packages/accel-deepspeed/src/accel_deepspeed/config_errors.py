@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accel_state.backend import ExplicitOption
+from accel_state.seam.backend import ExplicitOption
 
 # A value set outside the DeepSpeed JSON and where it was set: the seam's own record of that.
 Setting = ExplicitOption

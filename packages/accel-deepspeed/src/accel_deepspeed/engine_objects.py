@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel_state.precision_protocol import FullPrecision
+from accel_state.seam.precision_protocol import FullPrecision
 
 
 class EnginePrecision(FullPrecision):

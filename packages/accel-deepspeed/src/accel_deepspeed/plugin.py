@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from accel_deepspeed.config_errors import DeepSpeedConfigError, Setting
-from accel_state import env_vars
-from accel_state.choices import DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
-from accel_state.distributed_type import DistributedType
-from accel_state.json_object import JsonObjectError, read_json_object
+from accel_state.environment import env_vars
+from accel_state.environment.choices import DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.environment.json_object import JsonObjectError, read_json_object
 
 # Field -> (environment variable the launcher writes, the flag that writes it).
 _FROM_LAUNCHER: dict[str, tuple[str, str]] = {

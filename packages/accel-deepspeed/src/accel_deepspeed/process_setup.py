@@ -12,12 +12,12 @@ import os
 import sys
 
 from accel_deepspeed.deepspeed_warnings import ignore_deepspeed_deprecations, use_current_collectives
-from accel_state import env_vars
-from accel_state.backend import ProcessGroupOptions, ProcessSetup
-from accel_state.communication import TorchCommunicator
-from accel_state.distributed_type import DistributedType
-from accel_state.launch_env import LaunchEnvironment
-from accel_state.native_backend import join_job
+from accel_state.backends.native.backend import join_job
+from accel_state.environment import env_vars
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.seam.backend import ProcessGroupOptions, ProcessSetup
+from accel_state.seam.communication import TorchCommunicator
 
 
 def setup_deepspeed_process(

@@ -1,6 +1,6 @@
 """Lets DeepSpeed's engines and groups go before the process group is torn down at exit.
 
-accel tears the process group down at exit (accel_state.process_group), after a garbage
+accel tears the process group down at exit (accel_state.process_group.group), after a garbage
 collection, because gloo groups still alive when the interpreter finalizes can abort the process
 after all of its work. DeepSpeed keeps groups where that collection cannot reach them: in its
 module globals (the clone of the world group every ZeRO optimizer reduces over) and in engines a
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.distributed import ProcessGroup
 
-from accel_state.process_group import before_teardown
+from accel_state.process_group.group import before_teardown
 
 _engines: weakref.WeakSet[Any] = weakref.WeakSet()
 _registered = False

@@ -52,8 +52,8 @@ def main() -> None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     # run_script under the module's own name, not __main__'s: the replicas a TPU host spawns unpickle it.
     from accel_launch._xla_worker import run_script as replica
-    from accel_state.backend import replica_launcher
-    from accel_state.distributed_type import DistributedType
+    from accel_state.environment.distributed_type import DistributedType
+    from accel_state.seam.backend import replica_launcher
 
     launch = replica_launcher(DistributedType.XLA)
     launch(replica, (script, script_args, module), num_processes=num_processes)

@@ -335,7 +335,7 @@ def _warn_unknown_variables(env_pairs: dict[str, str]) -> None:
     """Warn, once for the whole job, of ACCEL_* variables accel does not read (the ranks stay quiet)."""
     import os
 
-    from accel_state import env_vars
+    from accel_state.environment import env_vars
 
     lines = env_vars.unknown_variable_messages(os.environ)
     lines += env_vars.unknown_variable_messages(env_pairs, where="--env")

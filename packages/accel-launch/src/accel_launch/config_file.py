@@ -27,7 +27,7 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
 
     `$ACCEL_HOME/default_config.yaml`, else `$XDG_CACHE_HOME/accel/...`, else `~/.cache/accel/...`.
     """
-    from accel_state import env_vars
+    from accel_state.environment import env_vars
 
     environ = os.environ if environ is None else environ
     if environ.get(env_vars.HOME):
@@ -38,7 +38,7 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def locate_config(config_file: str | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:
     """Return the config file to use: `--config_file`, else `$ACCEL_CONFIG_FILE`, else the default path."""
-    from accel_state import env_vars
+    from accel_state.environment import env_vars
 
     environ = os.environ if environ is None else environ
     if config_file:

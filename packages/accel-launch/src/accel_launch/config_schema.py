@@ -2,7 +2,7 @@
 
 A small table rather than a class per section: the CLI builds one flag per scalar key from it, the
 loader checks a file against it, and `accel config show` lists it. No yaml, no torch: the values come
-from accel_state.choices, which the launcher and the library share.
+from accel_state.environment.choices, which the launcher and the library share.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accel_state.choices import (
+from accel_state.environment.choices import (
     CONFIG_DISTRIBUTED_TYPES,
     CONFIG_MIXED_PRECISION_CHOICES,
     DEEPSPEED_OFFLOAD_DEVICES,
@@ -294,7 +294,8 @@ PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "tp_config": ("tp_size",),
     # Used by DeepSpeed's own multi-machine launchers, which accel refuses (deepspeed_multinode_launcher).
     DEEPSPEED_SECTION: ("deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter"),
-    # FSDP1's keys that FSDP2 already honours whatever their value (accel_state.fsdp1_options says why).
+    # FSDP1's keys that FSDP2 already honours whatever their value
+    # (accel_state.backends.fsdp.fsdp1_options says why).
     FSDP_SECTION: (
         "fsdp_backward_prefetch",
         "fsdp_forward_prefetch",

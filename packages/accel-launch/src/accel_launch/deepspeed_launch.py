@@ -16,8 +16,8 @@ from pathlib import Path
 from accel_launch.config_schema import ConfigError
 from accel_launch.effective_config import EffectiveConfig
 from accel_launch.launch_options import DeepSpeedOptions
-from accel_state import env_vars
-from accel_state.json_object import json_object_problem
+from accel_state.environment import env_vars
+from accel_state.environment.json_object import json_object_problem
 
 # Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).
 INSTALL_HINT = (
@@ -110,5 +110,5 @@ def visible_gpu(environ: Mapping[str, str], dev: Path = Path("/dev")) -> bool:
 
 
 def _boolean_word(value: bool) -> str:
-    # Accelerate's launcher writes these two words; accel_state.env_vars.read_flag reads them.
+    # Accelerate's launcher writes these two words; accel_state.environment.env_vars.read_flag reads them.
     return "true" if value else "false"

@@ -21,7 +21,11 @@ from accel_launch.config_schema import (
     ConfigError,
     coerce_value,
 )
-from accel_state.choices import CPU_DISTRIBUTED_TYPES, LAUNCHABLE_DISTRIBUTED_TYPES, MIXED_PRECISION_CHOICES
+from accel_state.environment.choices import (
+    CPU_DISTRIBUTED_TYPES,
+    LAUNCHABLE_DISTRIBUTED_TYPES,
+    MIXED_PRECISION_CHOICES,
+)
 
 DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
 DEEPSPEED = "DEEPSPEED"
@@ -84,8 +88,8 @@ class EffectiveConfig:
 
 
 def config_env_names() -> dict[str, str]:
-    """Return the ACCEL_* env var that may set each config key (names from accel_state.env_vars)."""
-    from accel_state import env_vars
+    """Return the ACCEL_* env var that may set each config key (names from accel_state's env_vars)."""
+    from accel_state.environment import env_vars
 
     return {
         "use_cpu": env_vars.USE_CPU,
@@ -108,7 +112,7 @@ def config_env_names() -> dict[str, str]:
 
 def fsdp_env_names() -> dict[str, str]:
     """Return the ACCEL_FSDP_* env var of each `fsdp_config:` key (read by FullyShardedDataParallelPlugin)."""
-    from accel_state import env_vars
+    from accel_state.environment import env_vars
 
     return {
         "fsdp_version": env_vars.FSDP_VERSION,

@@ -2,7 +2,7 @@
 
 A rank reads them when it builds its state; a value it cannot use there fails every rank with a
 traceback. The launcher checks them first and says in one line which variable holds what. The
-names come from accel_state.env_vars, the one list of them, and every ACCEL_* name there has a
+names come from accel_state.environment.env_vars, the one list of them, and every ACCEL_* name there has a
 check here (a test keeps it so). The config-key variables (ACCEL_MIXED_PRECISION, ...) are read
 into the config first and fail there with the same kind of line.
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from accel_launch.config_schema import ConfigError
 from accel_launch.deepspeed_launch import json_config_problem
 from accel_launch.effective_config import LAUNCHABLE_TYPES
-from accel_state import env_vars
-from accel_state.choices import (
+from accel_state.environment import env_vars
+from accel_state.environment.choices import (
     DEEPSPEED_OFFLOAD_DEVICES,
     FSDP_AUTO_WRAP_POLICIES,
     FSDP_SHARDING_STRATEGIES,
@@ -26,7 +26,7 @@ from accel_state.choices import (
     ZERO_STAGES,
 )
 
-# The words accel_state.env_vars.read_flag accepts.
+# The words accel_state.environment.env_vars.read_flag accepts.
 _BOOLEAN_WORDS = {"1", "true", "yes", "on", "0", "false", "no", "off"}
 
 
@@ -77,7 +77,7 @@ def _anything(raw: str) -> str | None:
     return None
 
 
-# Every ACCEL_* variable of accel_state.env_vars and what its value must be.
+# Every ACCEL_* variable of accel_state.environment.env_vars and what its value must be.
 CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.USE_CPU: _boolean,
     env_vars.MIXED_PRECISION: _one_of(MIXED_PRECISION_CHOICES),

@@ -13,7 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel_launch.config_schema import RDZV_BACKENDS
-from accel_state.choices import CONFIG_MIXED_PRECISION_CHOICES, DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
+from accel_state.environment.choices import (
+    CONFIG_MIXED_PRECISION_CHOICES,
+    DEEPSPEED_OFFLOAD_DEVICES,
+    ZERO_STAGES,
+)
 
 TEE_CHOICES = ("0", "1", "2", "3")
 

@@ -20,7 +20,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from accel_launch.ports import LOCALHOST, LOOPBACK_RDZV_BACKEND, endpoint, find_free_port, is_loopback
-from accel_state import env_vars
+from accel_state.environment import env_vars
 
 # Accelerate's choices; all of them mean the same on the one machine a notebook runs on.
 RDZV_BACKENDS = ("static", "c10d")
@@ -72,7 +72,7 @@ def notebook_launcher(
             f"rdzv_backend must be one of {', '.join(RDZV_BACKENDS)} (notebook_launcher runs on one "
             f"machine), got {rdzv_backend!r}"
         )
-    from accel_state.distributed_type import DistributedType, resolve_distributed_type
+    from accel_state.environment.distributed_type import DistributedType, resolve_distributed_type
 
     if resolve_distributed_type(cpu=bool(cpu)) is DistributedType.XLA:
         return _launch_xla(function, args, num_processes or 1, mixed_precision)
@@ -95,8 +95,8 @@ def _launch_xla(
 ) -> list[Any]:
     """Return `function(*args)` of each XLA replica, run by the XLA backend (`torch_xla.launch`)."""
     from accel_launch.xla_launch import xla_env
-    from accel_state.backend import replica_launcher
-    from accel_state.distributed_type import DistributedType
+    from accel_state.environment.distributed_type import DistributedType
+    from accel_state.seam.backend import replica_launcher
 
     env = {env_vars.LAUNCHED: "1", env_vars.MIXED_PRECISION: mixed_precision}
     env.update(xla_env(num_processes, os.environ))
@@ -116,7 +116,7 @@ def _launch_xla(
 
 def _check_arguments(num_processes: int | None, mixed_precision: str, use_port: int | str | None) -> None:
     """Raise NotebookLaunchError naming the first bad argument, before anything starts."""
-    from accel_state.choices import MIXED_PRECISION_CHOICES
+    from accel_state.environment.choices import MIXED_PRECISION_CHOICES
 
     if num_processes is not None and num_processes < 1:
         raise NotebookLaunchError(f"num_processes must be at least 1, got {num_processes}")

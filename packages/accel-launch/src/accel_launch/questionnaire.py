@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, DEEPSPEED_SECTION, RDZV_BACKENDS
-from accel_state.choices import (
+from accel_state.environment.choices import (
     DEEPSPEED_OFFLOAD_DEVICES,
     DEFAULT_MASTER_PORT,
     LAUNCHABLE_DISTRIBUTED_TYPES,

@@ -22,8 +22,8 @@ from accel_launch.ports import (
     is_loopback,
     loopback_interface,
 )
-from accel_state import env_vars
-from accel_state.choices import DEFAULT_MASTER_PORT
+from accel_state.environment import env_vars
+from accel_state.environment.choices import DEFAULT_MASTER_PORT
 
 # The first program of every worker (see its docstring): ties the worker to the launcher.
 WORKER_EXEC = Path(__file__).with_name("_worker_exec.py")

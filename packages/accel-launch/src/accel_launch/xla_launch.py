@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from accel_launch.config_schema import ConfigError
 from accel_launch.launch_options import LaunchOptions, LaunchOptionsError
-from accel_state import env_vars
-from accel_state.distributed_type import tpu_present
+from accel_state.environment import env_vars
+from accel_state.environment.distributed_type import tpu_present
 
 XLA = "XLA"
 # Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).

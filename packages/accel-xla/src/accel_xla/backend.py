@@ -19,18 +19,18 @@ from typing import Any
 
 import torch
 
-from accel_state.backend import (
+from accel_state.backends.native.backend import unwrap
+from accel_state.backends.precision_steps import PrecisionSteps
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.seam.backend import (
     BackendDefaults,
     BackendOptions,
     ProcessFacts,
     ProcessGroupOptions,
     ProcessSetup,
 )
-from accel_state.gradient_state import GradientState
-from accel_state.launch_env import LaunchEnvironment
-from accel_state.native_backend import unwrap
-from accel_state.precision_steps import PrecisionSteps
-from accel_state.prepared_objects import PreparedObjects
+from accel_state.seam.prepared_objects import PreparedObjects
+from accel_state.shared_state.gradient_state import GradientState
 from accel_xla.first_replica import copy_from_first_replica, model_tensors
 from accel_xla.host import to_host
 from accel_xla.placement import MovedParameters, move_model, parameters_of, rebind_optimizer

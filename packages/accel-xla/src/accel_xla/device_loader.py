@@ -22,7 +22,7 @@ import torch
 from torch_xla.distributed.parallel_loader import MpDeviceLoader, ParallelLoader
 
 from accel_state import GradientState
-from accel_state.nested import tensor_leaves
+from accel_state.collectives.nested import tensor_leaves
 from accel_xla.step_boundary import StepBoundary
 
 _END = object()

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from accel_state.nested import recursively_apply, tensor_leaves
+from accel_state.collectives.nested import recursively_apply, tensor_leaves
 
 
 def to_host(data: Any) -> Any:

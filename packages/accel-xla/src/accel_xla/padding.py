@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from accel_state.nested import recursively_apply
+from accel_state.collectives.nested import recursively_apply
 
 
 def pad_to_multiple_of(data: Any, multiple: int, dim: int = -1, value: float = 0) -> Any:

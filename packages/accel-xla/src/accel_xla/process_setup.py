@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import datetime
 
-from accel_state.backend import ProcessGroupOptions, ProcessSetup
-from accel_state.distributed_type import DistributedType
-from accel_state.launch_env import LaunchEnvironment
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.seam.backend import ProcessGroupOptions, ProcessSetup
 from accel_xla.communicator import XlaCommunicator
 from accel_xla.rng import apply_seed_at_setup
 

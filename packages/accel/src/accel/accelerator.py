@@ -41,8 +41,8 @@ from accel_state import (
     create_backend,
     joins_uneven_inputs,
 )
-from accel_state import collectives as _collectives
-from accel_state.memory import release_memory
+from accel_state.collectives import operations as _collectives
+from accel_state.environment.memory import release_memory
 
 
 class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):

@@ -33,7 +33,7 @@ from accel.checkpoint_target import (
 from accel.checkpoint_writer import FolderWriter, write_bytes_file, writing
 from accel.content_digest import DIGEST_NAME
 from accel_state import PartialState, broadcast_object_list, gather_object
-from accel_state.timeouts import named_collective
+from accel_state.process_group.timeouts import named_collective
 
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"

@@ -32,7 +32,7 @@ from accel.checkpoint_restore import (
 from accel.checkpoint_rng import portable_rng_states
 from accel.checkpoint_writer import FolderWriter
 from accel_state import PartialState, PreparedObjects, barrier, gather_object
-from accel_state.timeouts import named_collective
+from accel_state.process_group.timeouts import named_collective
 
 
 def save_state(

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from accel import Accelerator, set_seed
-from accel_state import env_vars, gather_object
+from accel_state import gather_object
+from accel_state.environment import env_vars
 
 # A check that hangs in a collective must end as a failure, not stall the test for 30 minutes.
 _COLLECTIVE_TIMEOUT_S = 120.0

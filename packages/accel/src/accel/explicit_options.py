@@ -7,7 +7,8 @@ engine config's to set.
 
 from __future__ import annotations
 
-from accel_state import ExplicitOption, GradientAccumulationPlugin, env_vars
+from accel_state import ExplicitOption, GradientAccumulationPlugin
+from accel_state.environment import env_vars
 
 
 def _from_launcher(variable: str, flag: str) -> ExplicitOption | None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from accel_state import GradientAccumulationPlugin, env_vars
+from accel_state import GradientAccumulationPlugin
+from accel_state.environment import env_vars
 
 
 def resolve_accumulation_steps(requested: int | None) -> int:

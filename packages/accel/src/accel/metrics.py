@@ -24,7 +24,7 @@ from accel_state import (
     gather_uneven,
     recursively_apply,
 )
-from accel_state.nested import leaves
+from accel_state.collectives.nested import leaves
 
 
 class GatherForMetricsError(ValueError):

@@ -32,7 +32,7 @@ class TrainingTriggers:
             if self._trigger_flag is not None
             else torch.tensor(0, device=self.state.device)
         )
-        from accel_state import collectives
+        from accel_state.collectives import operations as collectives
 
         fired = bool(collectives.reduce(flag, reduction="sum").item() >= 1)
         if fired:

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from accel_state import env_vars
+from accel_state.environment import env_vars
 
 # Variables through which a launcher or the user would change what the state detects.
 LAUNCH_VARIABLES = (
@@ -27,9 +27,9 @@ LAUNCH_VARIABLES = (
 
 # The shared singletons, in the order they are forgotten: (module, class).
 _SHARED_STATES = (
-    ("accel_state.accelerator_state", "AcceleratorState"),
-    ("accel_state.partial_state", "PartialState"),
-    ("accel_state.gradient_state", "GradientState"),
+    ("accel_state.shared_state.accelerator_state", "AcceleratorState"),
+    ("accel_state.shared_state.partial_state", "PartialState"),
+    ("accel_state.shared_state.gradient_state", "GradientState"),
 )
 
 

@@ -31,7 +31,6 @@ from accel_state import (
     broadcast,
     broadcast_object_list,
     copy_tensor_to_devices,
-    env_vars,
     find_executable_batch_size,
     gather,
     gather_object,
@@ -42,7 +41,8 @@ from accel_state import (
     set_seed,
 )
 from accel_state import reduce as _reduce
-from accel_state.availability import (
+from accel_state.environment import env_vars
+from accel_state.environment.availability import (
     check_cuda_fp8_capability,
     compare_versions,
     is_4bit_bnb_available,

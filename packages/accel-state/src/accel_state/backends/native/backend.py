@@ -11,23 +11,23 @@ from typing import Any, cast
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from accel_state.backend import (
+from accel_state.backends.native.ddp_comm_hooks import register_comm_hook
+from accel_state.backends.precision_steps import PrecisionSteps
+from accel_state.environment.device import choose_device, choose_process_group_backend
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.environment.launch_env import LaunchEnvironment, export_for_torch
+from accel_state.process_group.exit_release import release_ddp_at_exit
+from accel_state.process_group.group import init_process_group, init_single_process_group
+from accel_state.seam.backend import (
     BackendDefaults,
     BackendOptions,
     ProcessFacts,
     ProcessGroupOptions,
     ProcessSetup,
 )
-from accel_state.communication import TorchCommunicator
-from accel_state.ddp_comm_hooks import register_comm_hook
-from accel_state.device import choose_device, choose_process_group_backend
-from accel_state.distributed_type import DistributedType
-from accel_state.exit_release import release_ddp_at_exit
-from accel_state.gradient_state import GradientState
-from accel_state.launch_env import LaunchEnvironment, export_for_torch
-from accel_state.precision_steps import PrecisionSteps
-from accel_state.prepared_objects import PreparedObjects
-from accel_state.process_group import init_process_group, init_single_process_group
+from accel_state.seam.communication import TorchCommunicator
+from accel_state.seam.prepared_objects import PreparedObjects
+from accel_state.shared_state.gradient_state import GradientState
 
 
 class NativeBackend(PrecisionSteps, BackendDefaults):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from accel_state.collective_header import (
+from accel_state.collectives.header import (
     EXCHANGE_BYTES,
     HEADER_BYTES,
     NO_PAYLOAD,
@@ -26,7 +26,7 @@ from accel_state.collective_header import (
     headers_agree,
     payload_lengths,
 )
-from accel_state.timeouts import CollectiveError
+from accel_state.process_group.timeouts import CollectiveError
 
 _SHOWN_TENSORS = 8  # more differing tensors than this are counted, not listed
 _SHOWN_CHARS = 400

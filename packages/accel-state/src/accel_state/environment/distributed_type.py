@@ -7,7 +7,7 @@ import glob
 import importlib.util
 import os
 
-from accel_state import env_vars
+from accel_state.environment import env_vars
 
 
 class DistributedType(str, enum.Enum):

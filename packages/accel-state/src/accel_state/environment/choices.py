@@ -5,7 +5,7 @@ Like env_vars, this module imports nothing heavy: the CLI reads it without torch
 
 from __future__ import annotations
 
-from accel_state.distributed_type import DistributedType
+from accel_state.environment.distributed_type import DistributedType
 
 # torchrun's rendezvous port when none is given (the launcher's multi-machine default).
 DEFAULT_MASTER_PORT = 29500
@@ -50,5 +50,6 @@ FSDP_VERSIONS = (2,)
 FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 FSDP_STATE_DICT_TYPES = ("SHARDED_STATE_DICT", "FULL_STATE_DICT")
 # FSDP1's sharding strategies (Accelerate's `fsdp_sharding_strategy`), in ShardingStrategy's order:
-# older Accelerate config files write their numbers 1-5. accel_state.fsdp1_options maps them onto FSDP2.
+# older Accelerate config files write their numbers 1-5. The FSDP backend's fsdp1_options maps them
+# onto FSDP2.
 FSDP_SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")

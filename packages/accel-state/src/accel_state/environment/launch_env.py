@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from accel_state import env_vars
-from accel_state.choices import DEFAULT_MASTER_PORT
+from accel_state.environment import env_vars
+from accel_state.environment.choices import DEFAULT_MASTER_PORT
 
 
 class LaunchEnvironmentError(RuntimeError):

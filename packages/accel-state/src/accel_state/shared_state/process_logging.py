@@ -7,8 +7,8 @@ import logging
 from collections.abc import MutableMapping
 from typing import Any
 
-from accel_state import env_vars
-from accel_state.partial_state import PartialState
+from accel_state.environment import env_vars
+from accel_state.shared_state.partial_state import PartialState
 
 
 class LoggerStateError(RuntimeError):

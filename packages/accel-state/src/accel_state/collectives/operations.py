@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from accel_state.collective_header import (
+from accel_state.collectives.header import (
     INLINE_BYTES,
     OUT_OF_RANGE,
     Description,
@@ -27,10 +27,10 @@ from accel_state.collective_header import (
     unpack_gathered,
     unpack_one,
 )
-from accel_state.nested import recursively_apply, tensor_leaves
-from accel_state.partial_state import PartialState
-from accel_state.shape_check import Agreement, agree_across_ranks
-from accel_state.timeouts import names_collective
+from accel_state.collectives.nested import recursively_apply, tensor_leaves
+from accel_state.collectives.shape_check import Agreement, agree_across_ranks
+from accel_state.process_group.timeouts import names_collective
+from accel_state.shared_state.partial_state import PartialState
 
 
 def _state() -> PartialState:

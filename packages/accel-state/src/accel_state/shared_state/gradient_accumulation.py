@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accel_state.kwargs_handler import KwargsHandler
+from accel_state.environment.kwargs_handler import KwargsHandler
 
 
 @dataclass

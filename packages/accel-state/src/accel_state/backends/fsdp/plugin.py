@@ -4,7 +4,7 @@ Accelerate's name and the fields that matter for FSDP2 (`torch.distributed.fsdp.
 field a script leaves at None is taken from the launcher's environment (`--fsdp_*` flags, the
 config's `fsdp_config:` section), else its default. A bad value is one error naming the field, where
 it came from and the value. FSDP1 (the `FullyShardedDataParallel` wrapper class) is not supported,
-but Accelerate's FSDP1-era arguments are accepted and mapped onto FSDP2 (`accel_state.fsdp1_options`).
+but Accelerate's FSDP1-era arguments are accepted and mapped onto FSDP2 (`fsdp1_options`).
 Importing this module imports no torch (an FSDP1 `MixedPrecision` given to it is translated with torch).
 """
 
@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from accel_state import env_vars, fsdp1_options
-from accel_state.choices import FSDP_AUTO_WRAP_POLICIES, FSDP_STATE_DICT_TYPES, FSDP_VERSIONS
-from accel_state.distributed_type import DistributedType
+from accel_state.backends.fsdp import fsdp1_options
+from accel_state.environment import env_vars
+from accel_state.environment.choices import FSDP_AUTO_WRAP_POLICIES, FSDP_STATE_DICT_TYPES, FSDP_VERSIONS
+from accel_state.environment.distributed_type import DistributedType
 
 TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP = FSDP_AUTO_WRAP_POLICIES
 SHARDED_STATE_DICT, FULL_STATE_DICT = FSDP_STATE_DICT_TYPES
@@ -43,7 +44,7 @@ _FROM_LAUNCHER: dict[str, tuple[str, str]] = {
     "sharding_strategy": (env_vars.FSDP_SHARDING_STRATEGY, "--fsdp_sharding_strategy"),
 }
 _FLAGS = ("reshard_after_forward", "cpu_ram_efficient_loading", "activation_checkpointing", "cpu_offload")
-# FSDP1's flags, accepted without effect (accel_state.fsdp1_options says why); still checked.
+# FSDP1's flags, accepted without effect (accel_state.backends.fsdp.fsdp1_options says why); still checked.
 _FSDP1_FLAGS = ("forward_prefetch", "limit_all_gathers", "use_orig_params", "sync_module_states")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -70,7 +71,7 @@ class FullyShardedDataParallelPlugin:
     `backward_prefetch`, `forward_prefetch`, `limit_all_gathers`, `use_orig_params`,
     `sync_module_states`, `param_init_fn`, `ignored_modules`) are accepted: mapped onto FSDP2 where
     they change what it does, accepted without effect where FSDP2 already does what they ask
-    (`accel_state.fsdp1_options` says which and why).
+    (`accel_state.backends.fsdp.fsdp1_options` says which and why).
     """
 
     distributed_type: ClassVar[DistributedType] = DistributedType.FSDP
@@ -85,7 +86,7 @@ class FullyShardedDataParallelPlugin:
     activation_checkpointing: bool | None = None
     cpu_offload: bool | None = None
     mixed_precision_policy: Any = None
-    # FSDP1's arguments (accel_state.fsdp1_options says what each becomes).
+    # FSDP1's arguments (accel_state.backends.fsdp.fsdp1_options says what each becomes).
     sharding_strategy: Any = None
     backward_prefetch: Any = None
     forward_prefetch: bool | None = None

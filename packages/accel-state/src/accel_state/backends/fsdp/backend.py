@@ -20,24 +20,29 @@ from typing import Any, cast
 
 import torch
 
-from accel_state import fsdp1_options, fsdp_checkpoint
-from accel_state.backend import (
+from accel_state.backends.fsdp import checkpoint as fsdp_checkpoint
+from accel_state.backends.fsdp import fsdp1_options
+from accel_state.backends.fsdp.plugin import (
+    SHARDED_STATE_DICT,
+    FsdpConfigError,
+    FullyShardedDataParallelPlugin,
+)
+from accel_state.backends.fsdp.wrap import apply_activation_checkpointing, modules_to_shard
+from accel_state.backends.native.backend import join_job, unwrap
+from accel_state.backends.precision_steps import PrecisionSteps
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.process_group.exit_release import release_fsdp_at_exit, release_mesh_at_exit
+from accel_state.seam.backend import (
     BackendDefaults,
     BackendOptions,
     ProcessFacts,
     ProcessGroupOptions,
     ProcessSetup,
 )
-from accel_state.communication import TorchCommunicator
-from accel_state.distributed_type import DistributedType
-from accel_state.exit_release import release_fsdp_at_exit, release_mesh_at_exit
-from accel_state.fsdp_plugin import SHARDED_STATE_DICT, FsdpConfigError, FullyShardedDataParallelPlugin
-from accel_state.fsdp_wrap import apply_activation_checkpointing, modules_to_shard
-from accel_state.gradient_state import GradientState
-from accel_state.launch_env import LaunchEnvironment
-from accel_state.native_backend import join_job, unwrap
-from accel_state.precision_steps import PrecisionSteps
-from accel_state.prepared_objects import PreparedObjects
+from accel_state.seam.communication import TorchCommunicator
+from accel_state.seam.prepared_objects import PreparedObjects
+from accel_state.shared_state.gradient_state import GradientState
 
 
 class FsdpBackend(PrecisionSteps, BackendDefaults):

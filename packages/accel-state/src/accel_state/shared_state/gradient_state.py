@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel_state.gradient_accumulation import GradientAccumulationPlugin
-from accel_state.shared_state import SharedDict
+from accel_state.shared_state.gradient_accumulation import GradientAccumulationPlugin
+from accel_state.shared_state.storage import SharedDict
 
 
 class GradientState:

@@ -1,7 +1,7 @@
 """How the ranks of a job talk: the primitive operations every collective is built from.
 
 A backend hands one `Communicator` to the shared state when it sets the process up; the
-collectives of `accel_state.collectives` (shape checks, padding, nesting) are written once on
+collectives of `accel_state.collectives.operations` (shape checks, padding, nesting) are written once on
 top of it. Native torch uses `torch.distributed`; XLA brings its own.
 """
 

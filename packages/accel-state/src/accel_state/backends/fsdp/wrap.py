@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from accel_state.fsdp_plugin import (
+from accel_state.backends.fsdp.plugin import (
     NO_WRAP,
     SIZE_BASED_WRAP,
     TRANSFORMER_BASED_WRAP,

@@ -13,12 +13,14 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from accel_state import env_vars, process_group, timeouts
-from accel_state.backend import ProcessGroupOptions, backend_factory
-from accel_state.distributed_type import DistributedType, resolve_distributed_type
-from accel_state.launch_env import detect_launch_environment
-from accel_state.shared_state import SharedDict, per_thread_state, use_per_thread_state
-from accel_state.splitting import split_for_process
+from accel_state.environment import env_vars
+from accel_state.environment.distributed_type import DistributedType, resolve_distributed_type
+from accel_state.environment.launch_env import detect_launch_environment
+from accel_state.process_group import group as process_group
+from accel_state.process_group import timeouts
+from accel_state.seam.backend import ProcessGroupOptions, backend_factory
+from accel_state.shared_state.splitting import split_for_process
+from accel_state.shared_state.storage import SharedDict, per_thread_state, use_per_thread_state
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 F = TypeVar("F", bound=Callable[..., Any])

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from accel_state.gradient_state import GradientState
-from accel_state.precision_protocol import Precision
+from accel_state.seam.precision_protocol import Precision
+from accel_state.shared_state.gradient_state import GradientState
 
 
 class PrecisionSteps:

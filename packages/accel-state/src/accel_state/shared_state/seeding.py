@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from accel_state import env_vars
-from accel_state.backend import BackendNotAvailableError, seed_backend_generators
-from accel_state.distributed_type import DistributedType, resolve_distributed_type
-from accel_state.partial_state import PartialState
+from accel_state.environment import env_vars
+from accel_state.environment.distributed_type import DistributedType, resolve_distributed_type
+from accel_state.seam.backend import BackendNotAvailableError, seed_backend_generators
+from accel_state.shared_state.partial_state import PartialState
 
 
 def set_seed(seed: int, device_specific: bool = False) -> None:

@@ -1,7 +1,7 @@
 """Lets the process group go at exit although DDP models or device meshes still hold it.
 
 A script that keeps its prepared model in a module global (as most do) still holds it when the
-exit teardown runs (accel_state.process_group): the DDP model's reducer, logger and own reference
+exit teardown runs (accel_state.process_group.group): the DDP model's reducer, logger and own reference
 keep the group alive past its destroy; an FSDP model's mesh infos hold it too, and so does its
 device mesh, which torch's DTensor caches keep alive after the model is gone. gloo's threads then
 run on into the interpreter's final teardown, where they can abort the process after all of its
@@ -18,7 +18,7 @@ import torch
 from torch.distributed import ProcessGroup
 from torch.nn.parallel import DistributedDataParallel
 
-from accel_state.process_group import before_teardown
+from accel_state.process_group.group import before_teardown
 
 _models: weakref.WeakSet[DistributedDataParallel] = weakref.WeakSet()
 _meshes: weakref.WeakSet[Any] = weakref.WeakSet()

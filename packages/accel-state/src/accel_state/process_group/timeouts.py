@@ -6,7 +6,8 @@ complete"), naming no accel operation. `named_collective` turns that into a
 `CollectiveTimeoutError` naming the operation, this rank, and the setting that controls the wait.
 When a rank left the job instead (it ended while the others still call collectives), gloo fails the
 others with "Connection closed by peer"; the ranks that left marked it in the job's store
-(`accel_state.rank_exit`), and the error becomes a `RankLeftError` naming them and the operation.
+(`accel_state.process_group.rank_exit`), and the error becomes a `RankLeftError` naming them and the
+operation.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from accel_state import env_vars, rank_exit
+from accel_state.environment import env_vars
+from accel_state.process_group import rank_exit
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Substrings of the errors torch raises on a collective timeout (gloo, NCCL watchdog, store).

@@ -5,13 +5,13 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from accel_state import env_vars
-from accel_state.choices import MIXED_PRECISION_CHOICES
-from accel_state.distributed_type import DistributedType
-from accel_state.partial_state import PartialState, StateResetError, reset_error
+from accel_state.environment import env_vars
+from accel_state.environment.choices import MIXED_PRECISION_CHOICES
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.shared_state.partial_state import PartialState, StateResetError, reset_error
 
 __all__ = ["AcceleratorState", "MixedPrecisionError", "StateResetError", "resolve_mixed_precision"]
-from accel_state.shared_state import SharedDict
+from accel_state.shared_state.storage import SharedDict
 
 
 class MixedPrecisionError(ValueError):

@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from accel_state import env_vars, rank_exit
-from accel_state.launch_env import LaunchEnvironment, export_for_torch
+from accel_state.environment import env_vars
+from accel_state.environment.launch_env import LaunchEnvironment, export_for_torch
+from accel_state.process_group import rank_exit
 
 _teardown_registered = False
 _before_teardown: list[Callable[[], None]] = []

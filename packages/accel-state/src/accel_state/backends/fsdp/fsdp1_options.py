@@ -30,7 +30,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from accel_state.choices import FSDP_SHARDING_STRATEGIES
+from accel_state.environment.choices import FSDP_SHARDING_STRATEGIES
 
 SHARDING_STRATEGIES = FSDP_SHARDING_STRATEGIES
 FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 = SHARDING_STRATEGIES

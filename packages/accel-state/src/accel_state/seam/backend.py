@@ -26,20 +26,20 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from accel_state.communication import Communicator
-from accel_state.ddp_comm_hooks import CommHookOptions
-from accel_state.distributed_type import DistributedType
-from accel_state.launch_env import LaunchEnvironment
-from accel_state.precision_protocol import FullPrecision, Precision
-from accel_state.prepared_objects import PreparedObjects
+from accel_state.backends.native.ddp_comm_hooks import CommHookOptions
+from accel_state.environment.distributed_type import DistributedType
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.seam.communication import Communicator
+from accel_state.seam.precision_protocol import FullPrecision, Precision
+from accel_state.seam.prepared_objects import PreparedObjects
 
 ENTRY_POINT_GROUP = "accel.backends"
-_NATIVE = "accel_state.native_backend:NativeBackend"
+_NATIVE = "accel_state.backends.native.backend:NativeBackend"
 _BUILT_IN: dict[DistributedType, str] = {
     DistributedType.NO: _NATIVE,
     DistributedType.MULTI_CPU: _NATIVE,
     DistributedType.MULTI_GPU: _NATIVE,
-    DistributedType.FSDP: "accel_state.fsdp_backend:FsdpBackend",
+    DistributedType.FSDP: "accel_state.backends.fsdp.backend:FsdpBackend",
 }
 
 

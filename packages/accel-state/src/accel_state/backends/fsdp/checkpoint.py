@@ -14,9 +14,9 @@ from typing import Any, cast
 
 import torch
 
-from accel_state.fsdp_plugin import FsdpConfigError
-from accel_state.native_backend import unwrap
-from accel_state.prepared_objects import PreparedObjects
+from accel_state.backends.fsdp.plugin import FsdpConfigError
+from accel_state.backends.native.backend import unwrap
+from accel_state.seam.prepared_objects import PreparedObjects
 
 
 def _suffix(index: int) -> str:

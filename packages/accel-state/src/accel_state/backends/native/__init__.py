@@ -1,0 +1,1 @@
+"""The native torch backend: one process, or many joined by DistributedDataParallel."""

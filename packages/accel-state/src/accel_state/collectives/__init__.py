@@ -1,0 +1,1 @@
+"""Collectives over nested tensors, with the cross-rank check of their inputs."""

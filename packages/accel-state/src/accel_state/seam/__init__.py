@@ -1,0 +1,1 @@
+"""The Backend seam: the protocol every backend implements, its registry, and what it is handed."""

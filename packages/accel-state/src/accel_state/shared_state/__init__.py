@@ -1,0 +1,1 @@
+"""The shared-state singletons (PartialState, AcceleratorState, GradientState) and their helpers."""
