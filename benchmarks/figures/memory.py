@@ -26,9 +26,9 @@ from benchmarks.jobs import round_order, run_job
 from benchmarks.measurement import ACCELERATE, Measurement, RunOptions
 
 WIDTH, LAYERS, BATCH = 2048, 12, 8  # 12 * (2048 * 2048 + 2048) * 4 bytes = 201 MB
-PROCESS_COUNTS = (2, 4)
+PROCESS_COUNTS, QUICK_PROCESS_COUNTS = (2, 4), (2,)
 STEPS = 3
-QUICK = {"process_counts": (2,), "layers": 2, "width": 256, "batch": 4, "steps": 1}
+QUICK = {"layers": 2, "width": 256, "batch": 4, "steps": 1}
 BACKENDS = {"ddp": "DDP", "fsdp": "FSDP2", "zero3": "ZeRO-3"}
 QUICK_BACKENDS = ("ddp", "fsdp")
 MEMORY_ROUNDS = 2
@@ -47,7 +47,7 @@ NOTES = {
 def measure(options: RunOptions) -> list[Measurement]:
     """Return one Measurement per (backend, process count), x = process count, in MB per rank."""
     quick = options.quick
-    counts = QUICK["process_counts"] if quick else PROCESS_COUNTS
+    counts = QUICK_PROCESS_COUNTS if quick else PROCESS_COUNTS
     model = QUICK if quick else {"layers": LAYERS, "width": WIDTH, "batch": BATCH, "steps": STEPS}
     arguments = [f"--{name}={model[name]}" for name in ("layers", "width", "batch", "steps")]
     backends = list(QUICK_BACKENDS if quick else BACKENDS)

@@ -42,7 +42,7 @@ def _raw(rows: int) -> tuple[Any, Any]:
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     dataset = _dataset(rows)
-    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    sampler: DistributedSampler[Any] = DistributedSampler(dataset, shuffle=True, seed=0)
     return DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler), sampler.set_epoch
 
 
