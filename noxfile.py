@@ -1,14 +1,18 @@
 """The test matrix: one session per package (its own venv, only its declared dependencies),
-an integration session that launches real multi-process jobs, lint, the example job, and the
-install commands of the docs (checked in `install_docs`, run in fresh venvs by `install_lines`).
+an integration session that launches real multi-process jobs, lint, the example job, the install
+commands of the docs (checked in `install_docs`, run in fresh venvs by `install_lines`), one
+session per engine (`engines`, from the ENGINES table) and the benchmarks (`bench`, and
+`bench_engines` for the figures that need an engine's venv).
 
-Every install goes through constraints.txt (torch==2.13.0, the CPU build) and installs our
-packages from their folders, never from an index.
+Every install goes through constraints.txt (torch==2.13.0, the CPU build; an engine's table row
+may name its own) and installs our packages from their folders, never from an index.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import nox
@@ -18,18 +22,70 @@ ROOT = Path(__file__).parent
 PACKAGES_DIR = ROOT / "packages"
 CONSTRAINTS = str(ROOT / "constraints.txt")
 PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel"]
-# Adapters: each has its own session, with its engine installed at the version its issue measured.
-DEEPSPEED_PACKAGE = "accel-deepspeed"
 DEEPSPEED = "deepspeed==0.19.8"
-XLA_PACKAGE = "accel-xla"
-# torch_xla 2.9.0 loads only into exactly torch 2.9.0: the xla session installs through these pins
-# instead of constraints.txt (torch 2.13.0).
-XLA_CONSTRAINTS = str(ROOT / "constraints-xla.txt")
-ADAPTERS = [DEEPSPEED_PACKAGE, XLA_PACKAGE]
 
 # What the examples need beyond accel (examples/README: transformers builds models from configs).
 EXAMPLE_REQUIREMENTS = ("transformers==5.24.0", "tqdm")
 EXAMPLE_TESTS = ROOT / "examples" / "tests"
+INTEGRATION_TESTS = ROOT / "integration-tests"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What an engine's sessions (`engines`, `bench_engines`) install and run, in a venv of their own."""
+
+    # Our adapter package, its engine behind the Backend seam.
+    adapter: str
+    # Every install of the venv goes through this file.
+    constraints: str
+    # Installed first, if any: the engine at the version its adapter's issue measured.
+    pins: tuple[str, ...]
+    # Ours, installed from their folders with their siblings in one resolver run after the pins ...
+    packages: tuple[str, ...]
+    # ... these with their `test` extra ...
+    with_tests: tuple[str, ...]
+    # ... and these from the index beside them (what the tests need beyond the extras).
+    beside: tuple[str, ...]
+    env: dict[str, str]
+    # What `engines` runs with pytest (nothing else runs these: `integration` and `examples` skip them).
+    tests: tuple[Path, ...]
+    # What `bench_engines` measures: `python -m benchmarks --only FIGURES`.
+    figures: str
+
+
+ENGINES = {
+    # DeepSpeed's CPU accelerator, gloo, 2 CPU processes.
+    "deepspeed": Engine(
+        adapter="accel-deepspeed",
+        constraints=CONSTRAINTS,
+        pins=(DEEPSPEED, "tqdm"),
+        packages=(*PACKAGES, "accel-deepspeed"),
+        with_tests=(*PACKAGES, "accel-deepspeed"),
+        beside=(),
+        env={"DS_ACCELERATOR": "cpu"},
+        tests=(
+            PACKAGES_DIR / "accel-deepspeed" / "tests",
+            INTEGRATION_TESTS / "deepspeed",
+            EXAMPLE_TESTS / "test_deepspeed_zero3.py",
+        ),
+        figures="engines",
+    ),
+    # XLA's CPU device. torch_xla 2.9.0 loads only into exactly torch 2.9.0: this venv installs
+    # through constraints-xla.txt instead of constraints.txt (torch 2.13.0). Its tests drive an
+    # Accelerator, so the facade and its siblings are installed beside the adapter.
+    "xla": Engine(
+        adapter="accel-xla",
+        constraints=str(ROOT / "constraints-xla.txt"),
+        pins=(),  # torch and torch_xla come through the constraints, with the packages
+        packages=("accel", "accel-xla"),
+        with_tests=("accel-xla",),
+        beside=("tqdm",),
+        env={"PJRT_DEVICE": "CPU"},
+        tests=(PACKAGES_DIR / "accel-xla" / "tests", EXAMPLE_TESTS / "test_xla.py"),
+        figures="xla",
+    ),
+}
+ADAPTERS = [engine.adapter for engine in ENGINES.values()]
 
 # Checkers are pinned: a new release that formats or infers differently must not turn main red.
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
@@ -43,8 +99,7 @@ nox.options.sessions = [
     "tests",
     "integration",
     "examples",
-    "deepspeed",
-    "xla",
+    "engines",
 ]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
@@ -81,17 +136,25 @@ def sibling_closure(package: str) -> list[str]:
     return ordered
 
 
-def install_packages(session: nox.Session, *packages: str, extra: str = "test") -> None:
-    """Install `packages` and their siblings from their folders in one resolver run."""
+def install_packages(
+    session: nox.Session,
+    *packages: str,
+    extra: str = "test",
+    extra_for: Collection[str] | None = None,
+    constraints: str = CONSTRAINTS,
+    beside: Sequence[str] = (),
+) -> None:
+    """Install `packages` and their siblings from their folders in one resolver run, `packages` (or
+    those of `extra_for`) with `extra`, and the requirements `beside` from the index."""
     wanted: list[str] = []
     for package in packages:
         for name in sibling_closure(package):
             if name not in wanted:
                 wanted.append(name)
-    targets = [
-        f"{PACKAGES_DIR / name}[{extra}]" if name in packages else str(PACKAGES_DIR / name) for name in wanted
-    ]
-    session.install("-c", CONSTRAINTS, *targets)
+    with_extra = packages if extra_for is None else extra_for
+    targets = [f"{PACKAGES_DIR / name}[{extra}]" if name in with_extra else str(PACKAGES_DIR / name)
+               for name in wanted]  # fmt: skip
+    session.install("-c", constraints, *targets, *beside)
 
 
 @nox.session
@@ -145,76 +208,43 @@ def integration(session: nox.Session) -> None:
         "-q",
         "-p",
         "no:cacheprovider",
-        str(ROOT / "integration-tests"),
-        # The DeepSpeed jobs run in their own session, where deepspeed is installed.
-        "--ignore",
-        str(ROOT / "integration-tests" / "deepspeed"),
+        str(INTEGRATION_TESTS),
+        # The engines' jobs run in their own sessions, where the engines are installed.
+        *_ignored_engine_tests(INTEGRATION_TESTS),
         *session.posargs,
         env=TEST_ENV,
     )
 
 
-@nox.session
-def deepspeed(session: nox.Session) -> None:
-    """accel-deepspeed's tests and DeepSpeed jobs on 2 CPU processes (DeepSpeed's CPU accelerator, gloo)."""
-    session.install("-c", CONSTRAINTS, DEEPSPEED, "tqdm")
-    install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
-    session.run("pip", "check")
-    env = {
-        **TEST_ENV,
-        "DS_ACCELERATOR": "cpu",
-        # Ops DeepSpeed compiles (the CPU Adam of the offload test) are built inside this venv.
-        "TORCH_EXTENSIONS_DIR": str(Path(session.virtualenv.location) / "torch_extensions"),
-    }
-    session.run(
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        str(PACKAGES_DIR / DEEPSPEED_PACKAGE / "tests"),
-        str(ROOT / "integration-tests" / "deepspeed"),
-        str(EXAMPLE_TESTS / "test_deepspeed_zero3.py"),
-        *session.posargs,
-        env=env,
-    )
+def _ignored_engine_tests(folder: Path) -> list[str]:
+    """Return pytest's `--ignore` of every engine test inside `folder` (they run in `engines`)."""
+    ignored = [path for engine in ENGINES.values() for path in engine.tests if path.is_relative_to(folder)]
+    return [argument for path in ignored for argument in ("--ignore", str(path))]
+
+
+def install_engine(session: nox.Session, engine: Engine) -> dict[str, str]:
+    """Install `engine`'s venv (the engine's pins first, then ours from their folders); return its env."""
+    if engine.pins:
+        session.install("-c", engine.constraints, *engine.pins)
+    install_packages(session, *engine.packages, extra_for=engine.with_tests, constraints=engine.constraints,
+                     beside=engine.beside)  # fmt: skip
+    # Ops an engine compiles (DeepSpeed's CPU Adam of the offload test) are built inside this venv.
+    extensions = str(Path(session.virtualenv.location) / "torch_extensions")
+    return {**engine.env, "TORCH_EXTENSIONS_DIR": extensions}
 
 
 @nox.session
-def xla(session: nox.Session) -> None:
-    """accel-xla's tests on XLA's CPU device (PJRT_DEVICE=CPU), with torch and torch_xla 2.9.0.
+@nox.parametrize("backend", list(ENGINES))
+def engines(session: nox.Session, backend: str) -> None:
+    """An adapter's tests and its engine's jobs, in the engine's own venv (ENGINES).
 
-    Its tests drive an Accelerator, so the facade and its siblings are installed beside the adapter,
-    all from their folders in one resolver run.
+    deepspeed: DeepSpeed's CPU accelerator on 2 CPU processes (gloo); xla: XLA's CPU device
+    (PJRT_DEVICE=CPU), with torch and torch_xla 2.9.0.
     """
-    siblings = (str(PACKAGES_DIR / name) for name in sibling_closure("accel"))
-    targets = [*siblings, f"{PACKAGES_DIR / XLA_PACKAGE}[test]", "tqdm"]
-    session.install("-c", XLA_CONSTRAINTS, *targets)
+    env = install_engine(session, ENGINES[backend])
     session.run("pip", "check")
-    env = {**TEST_ENV, "PJRT_DEVICE": "CPU"}
-    session.run(
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        str(PACKAGES_DIR / XLA_PACKAGE / "tests"),
-        str(EXAMPLE_TESTS / "test_xla.py"),
-        *session.posargs,
-        env=env,
-    )
-
-
-@nox.session
-def benchmark_xla(session: nox.Session) -> None:
-    """The basic loop on XLA's CPU device through accel vs written by hand with torch_xla (graphs
-    compiled, steps/s ratio), with torch and torch_xla 2.9.0 installed as in the xla session."""
-    siblings = (str(PACKAGES_DIR / name) for name in sibling_closure("accel"))
-    session.install("-c", XLA_CONSTRAINTS, *siblings, str(PACKAGES_DIR / XLA_PACKAGE))
-    session.run(
-        "python",
-        str(ROOT / "benchmarks" / "xla_loop.py"),
-        *session.posargs,
-        env={"PJRT_DEVICE": "CPU", "OMP_NUM_THREADS": "1"},
-    )
+    tests = (str(path) for path in ENGINES[backend].tests)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *tests, *session.posargs, env={**TEST_ENV, **env})
 
 
 # The docs' tools, pinned like the checkers: a new release that warns differently must not turn main red.
@@ -297,40 +327,9 @@ def examples(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         str(EXAMPLE_TESTS),
-        "--ignore",
-        str(EXAMPLE_TESTS / "test_deepspeed_zero3.py"),
-        "--ignore",
-        str(EXAMPLE_TESTS / "test_xla.py"),
+        *_ignored_engine_tests(EXAMPLE_TESTS),
         *session.posargs,
         env=TEST_ENV,
-    )
-
-
-@nox.session
-def benchmark(session: nox.Session) -> None:
-    """Every benchmark: each measures accel against raw PyTorch in the same run."""
-    install_packages(session, "accel", extra="test")
-    for script in (
-        "overhead.py",
-        "data_loader.py",
-        "precision.py",
-        "launch_overhead.py",
-        "checkpoint.py",
-        "collectives.py",
-        "fsdp_memory.py",
-    ):
-        session.run("python", str(ROOT / "benchmarks" / script))
-
-
-@nox.session
-def benchmark_deepspeed(session: nox.Session) -> None:
-    """accel on ZeRO-2 against a hand-driven DeepSpeed engine, 2 CPU processes (steps/s ratio)."""
-    session.install("-c", CONSTRAINTS, DEEPSPEED)
-    install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
-    session.run(
-        "python",
-        str(ROOT / "benchmarks" / "deepspeed_zero2.py"),
-        env={"DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"},
     )
 
 
@@ -343,5 +342,23 @@ def bench(session: nox.Session) -> None:
     """
     # Accelerate is the contender, pinned to the version the targets were set against; matplotlib draws.
     session.install("-c", CONSTRAINTS, DEEPSPEED, "accelerate==1.15.0", "matplotlib")
-    install_packages(session, *PACKAGES, DEEPSPEED_PACKAGE)
+    install_packages(session, *PACKAGES, ENGINES["deepspeed"].adapter)
     session.run("python", "-m", "benchmarks", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
+@nox.session
+@nox.parametrize("backend", list(ENGINES))
+def bench_engines(session: nox.Session, backend: str) -> None:
+    """An engine's benchmark figures, accel vs the engine driven by hand, in the engine's venv.
+
+    deepspeed: the `engines` figure (ZeRO-2 and FSDP2); xla: the `xla` figure, which needs torch 2.9.0
+    and so cannot run in `bench`'s venv. The venv is installed as the `engines` session's; results and
+    their README go to benchmarks/results/<backend>/.
+
+    Arguments after `--` go to the runner: `nox -s "bench_engines(backend='xla')" -- --quick`.
+    """
+    engine = ENGINES[backend]
+    env = install_engine(session, engine)
+    output = str(ROOT / "benchmarks" / "results" / backend)
+    session.run("python", "-m", "benchmarks", "--only", engine.figures, "--output", output, *session.posargs,
+                env={"OMP_NUM_THREADS": "1", **env})  # fmt: skip

@@ -1,5 +1,6 @@
-"""The figure side of block jobs (benchmarks/workers/serve.py): start each contender's job once, then
-run its blocks of work in turn, round by round, and read back each block's rate."""
+"""Block jobs, the figure side (the workers' side is benchmarks/workers/serve.py): start each
+contender's job once, then run its blocks of work in turn, round by round, and read back each
+block's rate."""
 
 from __future__ import annotations
 

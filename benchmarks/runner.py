@@ -10,7 +10,6 @@ import argparse
 import importlib
 import math
 import pkgutil
-import subprocess
 import sys
 import time
 import traceback
@@ -18,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks import machine, plots, readme, report, table
+from benchmarks import machine, plots, probe, readme, report, table
 from benchmarks.measurement import ACCEL, ACCELERATE, CONTENDERS, RAW, Measurement, RunOptions
 
 HERE = Path(__file__).resolve().parent
@@ -26,7 +25,10 @@ DEFAULT_OUTPUT = HERE / "results"
 DEFAULT_README = HERE / "README.md"
 DEFAULT_ROUNDS = 5
 # The table's order; figure modules not named here follow in alphabetical order.
-ORDER = ("startup", "training", "loader", "skip", "collectives", "checkpoint", "memory")
+ORDER = (
+    "startup", "training", "engines", "xla", "precision", "loader", "skip", "collectives", "checkpoint",
+    "memory",
+)  # fmt: skip
 
 
 def figure_names() -> list[str]:
@@ -44,17 +46,10 @@ def figure_names() -> list[str]:
 def detect_contenders() -> tuple[tuple[str, ...], dict[str, str]]:
     """Return the contenders this environment can measure, and why each missing one is absent.
 
-    Accelerate counts only where it imports, checked in a child process so that this one stays lean.
+    Accelerate counts only where it imports (checked in a child process).
     """
-    probe = subprocess.run(
-        [sys.executable, "-c", "import accelerate"], capture_output=True, text=True, timeout=300
-    )
-    if probe.returncode == 0:
-        return CONTENDERS, {}
-    lines = probe.stderr.strip().splitlines()
-    return (RAW, ACCEL), {
-        ACCELERATE: f"`import accelerate` fails here ({lines[-1] if lines else 'no output'})"
-    }
+    missing = probe.missing_module("accelerate")
+    return (CONTENDERS, {}) if missing is None else ((RAW, ACCEL), {ACCELERATE: missing})
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,10 +1,10 @@
 """`save_state`/`load_state` of a model + AdamW vs raw `torch.save`/`torch.load` of the same state.
 
 Models of 10, 100 and 400 MB of float32 weights (AdamW adds twice that); one process, one thread.
-Each size is one fresh process (`_workers/checkpoint_job.py`) holding one model and optimizer,
+Each size is one fresh process (`workers/checkpoint_job.py`) holding one model and optimizer,
 prepared by accel and by Accelerate alike, that runs every round: every contender saves, then
 loads what it saved, the order rotating from round to round. Every save writes a new folder, and
-`os.sync` runs (untimed) before every timed call: see benchmarks/checkpoint.py for why both
+`os.sync` runs (untimed) before every timed call: see `benchmarks.workers.folders` for why both
 matter. Targets: save <= 1.0x raw; load <= 1.1x raw (a load hashes every file before it changes
 anything, which a raw torch.load does not).
 """
@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchmarks.figures._workers.jobs import run_job
+from benchmarks.jobs import run_job
 from benchmarks.measurement import ACCEL, Measurement, RunOptions
 
 MEGABYTES = (10, 100, 400)

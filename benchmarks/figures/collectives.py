@@ -1,11 +1,13 @@
 """Latency of gather, pad_across_processes and gather_for_metrics vs raw all_gather_into_tensor.
 
 2 CPU processes (gloo, one thread each), float32 tensors of 1 KB to 64 MB per rank. Each round
-starts one job per contender (`_workers/collectives_job.py`), in rotating order; a job times
+starts one job per contender (`workers/collectives_job.py`), in rotating order; a job times
 every op at every size in 5 blocks and answers each (op, size)'s fastest block. Target: accel
 <= 1.05x raw from 1 MB up; below that, at most one extra small collective (the input check's
 header exchange; a gather of at most 1 KB travels inside it). The check's cost is reported on its own: rows
-"... check off" hold accel with `ACCEL_CHECK_COLLECTIVES=0`, measured in the accel job itself.
+"... check off" hold accel with `ACCEL_CHECK_COLLECTIVES=0`, and rows "gather ..., debug mode"
+accel's gather in debug mode (`ACCEL_DEBUG_MODE=1`, what the tests run), both measured in the
+accel job itself.
 Each library job also times the raw ops between its own: the notes carry that in-job ratio,
 which load from other work on the machine between jobs cannot skew.
 """
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks.figures._workers.jobs import round_order, run_job
+from benchmarks.jobs import round_order, run_job
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 SIZES = (2**10, 2**16, 2**20, 2**23, 2**26)  # 1 KB, 64 KB, 1 MB, 8 MB, 64 MB per rank
 QUICK_SIZES = (2**10, 2**16)
 OPS = ("gather", "pad_across_processes", "gather_for_metrics")
 CHECKED_OPS = ("gather", "gather_for_metrics")  # pad always exchanges sizes: nothing to turn off
+DEBUG_OPS = ("gather",)
 PROCESSES = 2
 TARGET, TARGET_FROM = "accel/raw<=1.05", 2**20
 # op -> what the raw job's samples for it are called.
@@ -90,6 +93,20 @@ def _measurements(
             measurements.append(
                 _measurement(figure, "collectives check off", series, size, per_contender, note)
             )
+    for op in DEBUG_OPS:
+        for size in sizes:
+            checked, debug = samples[ACCEL][op][size], samples[ACCEL][f"{op}/debug"][size]
+            cost = statistics.median(d - c for d, c in zip(debug, checked, strict=True)) * 1e3
+            note = (
+                "accel with ACCEL_DEBUG_MODE=1 (the inputs' full descriptions compared across ranks); "
+                f"it costs {cost:+.0f} us per call over the default check"
+            )
+            per_contender = {RAW: samples[RAW][RAW_EQUIVALENT[op]][size], ACCEL: debug}
+            figure, series = f"{op} {size_label(size)}, debug mode", f"{op}, debug mode"
+            # Debug mode is for finding bugs, not for speed: no target.
+            measurements.append(
+                _measurement(figure, "collectives debug", series, size, per_contender, note, targeted=False)
+            )
     return measurements
 
 
@@ -107,7 +124,13 @@ def _in_job_ratios(
 
 
 def _measurement(
-    figure: str, group: str, series: str, size: int, samples: dict[str, list[float]], note: str
+    figure: str,
+    group: str,
+    series: str,
+    size: int,
+    samples: dict[str, list[float]],
+    note: str,
+    targeted: bool = True,
 ) -> Measurement:
     return Measurement(
         figure=figure,
@@ -118,6 +141,6 @@ def _measurement(
         x=float(size),
         x_label="bytes per rank",
         note=note,
-        target=TARGET if size >= TARGET_FROM else None,
+        target=TARGET if targeted and size >= TARGET_FROM else None,
         series=series,
     )

@@ -1,7 +1,7 @@
 """Prepared-loader overhead per batch: accel's and Accelerate's prepared DataLoader vs a raw
 DataLoader with a DistributedSampler, on 2 CPU processes (target: accel <= 1.02x raw).
 
-Each round starts one job per contender (`_workers/loader_job.py`), in rotating order; a job
+Each round starts one job per contender (`workers/loader_job.py`), in rotating order; a job
 times full passes over its rank's shard of 100k rows (batch 32) and answers the CPU time per batch,
 the median of its passes, averaged over ranks (the wall clock's figure goes into the note). The
 library jobs also run the raw loader in alternating passes: the note gives that in-job ratio,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks.figures._workers.jobs import round_order, run_job
+from benchmarks.jobs import round_order, run_job
 from benchmarks.measurement import Measurement, RunOptions
 
 PROCESSES = 2

@@ -1,8 +1,17 @@
 """Peak resident memory per rank: DDP vs FSDP2 vs DeepSpeed ZeRO-3, on 2 and 4 CPU processes.
 
-The model of benchmarks/fsdp_memory.py (about 200 MB of fp32 weights) trains a few AdamW steps in
-one job per (contender, backend, process count) (`_workers/memory_job.py`), with glibc's mmap
-threshold fixed at 64 KiB (a freed buffer leaves the process: see benchmarks/fsdp_memory.py).
+A model of about 200 MB of fp32 weights (LAYERS Linear layers of width WIDTH) trains a few AdamW
+steps in one job per (contender, backend, process count) (`workers/memory_job.py`). Under DDP each
+rank holds the whole model, its gradients and AdamW's two moments (about 4x the weights); under
+FSDP2 and ZeRO-3 each rank holds 1/N of them plus the layers it gathers for the moment, so their
+peak must fall as processes are added.
+
+Every job runs with glibc's mmap threshold fixed at 64 KiB (`MALLOC_MMAP_THRESHOLD_`): by default
+glibc raises it to the largest block freed, after which freed gradient and communication buffers
+stay in the heap and the resident set keeps every buffer the job ever held (measured: a raw FSDP2
+loop on gloo then peaks at DDP's size). With the fixed threshold a freed buffer leaves the process,
+so the peak is what training needed at once.
+
 Contenders: raw is the same training written by hand on torch (or on DeepSpeed's engine), accel
 the same through `Accelerator`, Accelerate (DDP only: 1.15 runs FSDP and DeepSpeed only on an
 accelerator device) through its `Accelerator`. ZeRO-3 runs only where deepspeed imports. Each
@@ -12,17 +21,14 @@ group is up); the contenders' order rotates from round to round.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-from benchmarks.figures._workers.jobs import round_order, run_job
-from benchmarks.fsdp_memory import BATCH, LAYERS, WIDTH
+from benchmarks import probe
+from benchmarks.jobs import round_order, run_job
 from benchmarks.measurement import ACCELERATE, Measurement, RunOptions
 
-PROCESS_COUNTS = (2, 4)
+WIDTH, LAYERS, BATCH = 2048, 12, 8  # 12 * (2048 * 2048 + 2048) * 4 bytes = 201 MB
+PROCESS_COUNTS, QUICK_PROCESS_COUNTS = (2, 4), (2,)
 STEPS = 3
-QUICK = {"process_counts": (2,), "layers": 2, "width": 256, "batch": 4, "steps": 1}
+QUICK = {"layers": 2, "width": 256, "batch": 4, "steps": 1}
 BACKENDS = {"ddp": "DDP", "fsdp": "FSDP2", "zero3": "ZeRO-3"}
 QUICK_BACKENDS = ("ddp", "fsdp")
 MEMORY_ROUNDS = 2
@@ -38,30 +44,15 @@ NOTES = {
 }
 
 
-def deepspeed_missing() -> str | None:
-    """Return None when deepspeed imports here (in a child process), else why it does not."""
-    probe = subprocess.run(
-        [sys.executable, "-c", "import deepspeed"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **ENV},
-        timeout=600,
-    )
-    if probe.returncode == 0:
-        return None
-    lines = probe.stderr.strip().splitlines()
-    return f"`import deepspeed` fails here ({lines[-1] if lines else 'no output'})"
-
-
 def measure(options: RunOptions) -> list[Measurement]:
     """Return one Measurement per (backend, process count), x = process count, in MB per rank."""
     quick = options.quick
-    counts = QUICK["process_counts"] if quick else PROCESS_COUNTS
+    counts = QUICK_PROCESS_COUNTS if quick else PROCESS_COUNTS
     model = QUICK if quick else {"layers": LAYERS, "width": WIDTH, "batch": BATCH, "steps": STEPS}
     arguments = [f"--{name}={model[name]}" for name in ("layers", "width", "batch", "steps")]
     backends = list(QUICK_BACKENDS if quick else BACKENDS)
     skipped = {}
-    if "zero3" in backends and (why := deepspeed_missing()):
+    if "zero3" in backends and (why := probe.missing_module("deepspeed", **ENV)):
         skipped["zero3"] = why
         backends.remove("zero3")
     samples: dict[tuple[str, int], dict[str, list[float]]] = {}

@@ -3,13 +3,13 @@
 One process, one thread, batches of 8 from a shuffled map-style dataset sized for the largest n.
 accel and Accelerate skip on a loader each prepared; raw is `itertools.islice` over a plain
 DataLoader, which loads every skipped batch (what resuming costs without an index to skip by).
-Each round is one fresh process (`_workers/skip_job.py`) running every contender at every n, the
+Each round is one fresh process (`workers/skip_job.py`) running every contender at every n, the
 contenders' order rotating from round to round. Flat: accel at 10^5 within 2x its time at 10^2.
 """
 
 from __future__ import annotations
 
-from benchmarks.figures._workers.jobs import run_job
+from benchmarks.jobs import run_job
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 SKIPS = (10**2, 10**3, 10**4, 10**5)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from benchmarks.job_exit import end_job
+from benchmarks.workers.job_exit import end_job
 from benchmarks.workers.serve import Task, add_arguments, serve
 
 MLP_WIDTH, MLP_LAYERS = 512, 3

@@ -11,7 +11,9 @@ import pytest
 
 from accel_launch.testing import launch_script
 
-pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: this test runs in `nox -s deepspeed`")
+pytest.importorskip(
+    "deepspeed", reason="DeepSpeed is not installed: it runs in the nox session engines(backend='deepspeed')"
+)
 pytestmark = pytest.mark.slow
 
 

@@ -3,14 +3,17 @@ lengths keep XLA to a few compiled graphs, and the model learns.
 
 One replica: two replicas on the CPU device are threads of one process, and upstream PyTorch/XLA
 hangs when both compile the same collective graph at once (pytorch/xla#9089); this script, which
-does nothing to stagger them, hangs there in its first all-gather. Runs in `nox -s xla`.
+does nothing to stagger them, hangs there in its first all-gather. Runs in the nox session
+`engines(backend='xla')`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch_xla", reason="torch_xla is not installed: this test runs in `nox -s xla`")
+pytest.importorskip(
+    "torch_xla", reason="torch_xla is not installed: this test runs in the nox session engines(backend='xla')"
+)
 pytestmark = pytest.mark.slow
 
 

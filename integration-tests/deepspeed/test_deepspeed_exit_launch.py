@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: these tests run in `nox -s deepspeed`")
+pytest.importorskip(
+    "deepspeed", reason="DeepSpeed is not installed: they run in the nox session engines(backend='deepspeed')"
+)
 pytestmark = pytest.mark.slow
 
 

@@ -1,7 +1,8 @@
 """DeepSpeed through accel, on 2 real CPU processes (gloo): ZeRO 0-3 against the native DDP backend.
 
-Runs in the nox `deepspeed` session (deepspeed installed, DS_ACCELERATOR=cpu); elsewhere it skips,
-saying why. Several configurations share one job: starting DeepSpeed costs seconds per process.
+Runs in the nox session `engines(backend='deepspeed')` (deepspeed installed, DS_ACCELERATOR=cpu);
+elsewhere it skips, saying why. Several configurations share one job: starting DeepSpeed costs
+seconds per process.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pytest
 
 from accel_launch.testing import launch_script, run_on_ranks
 
-pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: these tests run in `nox -s deepspeed`")
+pytest.importorskip(
+    "deepspeed", reason="DeepSpeed is not installed: they run in the nox session engines(backend='deepspeed')"
+)
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent

@@ -13,7 +13,9 @@ others pad it):
 - accel and accelerate also time the raw ops in their own job ("raw/gather", ...): a ratio
   measured within one job, which load from other work on the machine cannot skew;
 - accel also with its input check off (`ACCEL_CHECK_COLLECTIVES=0`), in the same job, ops
-  "gather/nocheck" and "gather_for_metrics/nocheck".
+  "gather/nocheck" and "gather_for_metrics/nocheck", and `gather` in debug mode
+  (`ACCEL_DEBUG_MODE=1`: the header plus a full comparison of the inputs' descriptions), op
+  "gather/debug".
 
 Every (op, size) runs in `--blocks` timed blocks, the ops rotating within each block round; a
 block's calls start and end with a barrier. Rank 0 emits {op: {bytes: seconds per call}}, from
@@ -24,18 +26,28 @@ from __future__ import annotations
 
 import argparse
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from benchmarks.collectives import _timed_block
-from benchmarks.figures._workers.jobs import emit
-from benchmarks.job_exit import end_job
+from benchmarks.jobs import emit
+from benchmarks.workers.job_exit import end_job
 
 Op = Callable[[torch.Tensor], Any]
 _OPEN_LOADERS: list[Any] = []  # loaders being iterated while the job measures
+
+
+def _timed_block(call: Callable[[], object], calls: int, barrier: Callable[[], None]) -> float:
+    """Return the seconds per call of `calls` calls, started together on every rank."""
+    barrier()
+    started = time.perf_counter()
+    for _ in range(calls):
+        call()
+    barrier()
+    return (time.perf_counter() - started) / calls
 
 
 def _raw_ops() -> dict[str, Op]:
@@ -97,19 +109,21 @@ def _accel_ops() -> dict[str, Op]:
     ops = _library_ops(Accelerator())
     state = PartialState()
 
-    def unchecked(op: Op) -> Op:
+    def switched(op: Op, check: bool, debug: bool) -> Op:
         def call(tensor: torch.Tensor) -> Any:
-            # What ACCEL_CHECK_COLLECTIVES=0 sets, flipped alike on every rank.
-            default, state.check_collectives = state.check_collectives, False
+            # What ACCEL_CHECK_COLLECTIVES=0 or ACCEL_DEBUG_MODE=1 sets, flipped alike on every rank.
+            defaults = state.check_collectives, state.debug
+            state.check_collectives, state.debug = check, debug
             try:
                 return op(tensor)
             finally:
-                state.check_collectives = default
+                state.check_collectives, state.debug = defaults
 
         return call
 
-    ops["gather/nocheck"] = unchecked(ops["gather"])
-    ops["gather_for_metrics/nocheck"] = unchecked(ops["gather_for_metrics"])
+    ops["gather/nocheck"] = switched(ops["gather"], check=False, debug=False)
+    ops["gather_for_metrics/nocheck"] = switched(ops["gather_for_metrics"], check=False, debug=False)
+    ops["gather/debug"] = switched(ops["gather"], check=True, debug=True)
     return ops
 
 

@@ -2,8 +2,7 @@
 
     <launcher> loader_job.py CONTENDER --rows 100000 --passes 7
 
-The dataset of benchmarks/data_loader.py (x: 16 floats, y: an int; batch 32, shuffled), each
-rank reading its shard:
+A TensorDataset (x: 16 floats, y: an int; batch 32, shuffled), each rank reading its shard:
 - raw: a DataLoader with a `DistributedSampler` (`set_epoch` before each pass);
 - accel / accelerate: `accelerator.prepare(DataLoader(dataset, batch_size=32, shuffle=True))`.
 Per rank: the median over passes (after one warm-up pass) of this process's CPU time per batch,
@@ -24,18 +23,26 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from benchmarks.data_loader import BATCH_SIZE, _dataset
-from benchmarks.figures._workers.jobs import emit
-from benchmarks.job_exit import end_job
+from benchmarks.jobs import emit
+from benchmarks.workers.job_exit import end_job
+
+BATCH_SIZE = 32
+
+
+def _dataset(rows: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(
+        torch.randn(rows, 16, generator=generator), torch.randint(10, (rows,), generator=generator)
+    )
 
 
 def _raw(rows: int) -> tuple[Any, Any]:
     if not dist.is_initialized():
         dist.init_process_group("gloo")
     dataset = _dataset(rows)
-    sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+    sampler: DistributedSampler[Any] = DistributedSampler(dataset, shuffle=True, seed=0)
     return DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler), sampler.set_epoch
 
 

@@ -4,7 +4,7 @@
 
 Every job trains the same model (LAYERS Linear layers of width WIDTH, fp32) with AdamW for a few
 steps, one thread per process, under glibc's fixed mmap threshold (set by the figure: see
-benchmarks/fsdp_memory.py). BACKEND:
+`benchmarks.figures.memory`). BACKEND:
 - ddp: raw `DistributedDataParallel` by hand; accel and accelerate: `Accelerator()` + `prepare`;
 - fsdp (FSDP2): the model built on rank 0 and on the meta device elsewhere, then sharded and
   filled from rank 0. raw: `fully_shard` on every Linear and the root, then
@@ -20,6 +20,7 @@ group is up, before the model is built. Rank 0 emits {"peaks_mb": [one per rank]
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +28,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from benchmarks.figures._workers.jobs import emit
-from benchmarks.fsdp_memory import _peak_mb
-from benchmarks.job_exit import end_job
+from benchmarks.jobs import emit
+from benchmarks.workers.job_exit import end_job
 
 Step = Callable[[torch.Tensor], None]
+
+
+def _peak_mb() -> float:
+    """Return this process's peak resident set so far, in MB (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _model(width: int, layers: int, device: str = "cpu") -> torch.nn.Module:

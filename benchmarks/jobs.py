@@ -1,9 +1,10 @@
-"""Start a figure's job the way each contender starts its own, and read back its one answer.
+"""One-shot jobs: start a figure's job the way each contender starts its own, and read back its one
+answer (block jobs, started once and asked for blocks of work, are `benchmarks.blockjobs`).
 
 raw: `torchrun`; accel: `accel launch --cpu`; accelerate: `torchrun` with `ACCELERATE_USE_CPU=true`
 (see `benchmarks.launchers`); a single-process job runs with plain `python`.
 
-A job is a script in this folder; its rank 0 prints one line `MARK <json>` (`emit`). Every job
+A job is a script in benchmarks/workers; its rank 0 prints one line `MARK <json>` (`emit`). Every job
 runs one thread per process, with the switches that change what the libraries check (debug mode,
 accel's input checks) cleared, so that each job measures the default behaviour unless it asks.
 """
@@ -14,13 +15,11 @@ import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from benchmarks import launchers
 
 MARK = "FIGURE_RESULT "
-WORKERS = Path(__file__).resolve().parent
 # Settings of the calling shell that would change what a job measures (debug mode is cleared too).
 _CLEARED = ("ACCEL_CHECK_COLLECTIVES", "ACCELERATE_DEBUG_MODE")
 
@@ -47,7 +46,7 @@ def run_job(
     for name in _CLEARED:
         env.pop(name, None)
     env.update(extra_env or {})
-    command = [*launcher, str(WORKERS / script), *arguments]
+    command = [*launcher, launchers.worker(script), *arguments]
     done = subprocess.run(
         command, capture_output=True, text=True, env=env, timeout=timeout, cwd=launchers.REPO_ROOT
     )

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from benchmarks.figures._workers.jobs import emit, round_order
+from benchmarks.jobs import emit, round_order
 
 FirstBatchAfter = Callable[[int], Any]
 

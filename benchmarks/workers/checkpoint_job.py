@@ -10,7 +10,7 @@ model's size), shared by every contender:
   having prepared the same model and optimizer (safetensors weights, RNG states, metadata).
 Each round runs every contender (save, then load of what it just saved), in an order rotating
 from round to round. Before each timed call the older folders are removed and `os.sync` flushes
-dirty pages (neither timed), and every save writes a new folder (see benchmarks/checkpoint.py).
+dirty pages (neither timed), and every save writes a new folder (see `benchmarks.workers.folders`).
 Emits {"bytes": model bytes, "save": {contender: [s per round]}, "load": {...}}.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from benchmarks.checkpoint import Folders
-from benchmarks.figures._workers.jobs import emit, round_order
+from benchmarks.jobs import emit, round_order
+from benchmarks.workers.folders import Folders
 
 WIDTH = 1024  # 4 MiB of float32 weights per layer
 

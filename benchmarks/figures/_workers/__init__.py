@@ -1,1 +1,0 @@
-"""The figures' jobs: scripts started in fresh processes, one launcher per contender."""
