@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         WandBTracker,
     )
     from accel.tracking.base import GeneralTracker, TrackerError, TrackerNotInstalledError, on_main_process
-    from accel.tracking.registry import (
+    from accel.tracking.builtin import (
         JSONL_CONFIG_FILE_NAME,
         JSONL_FILE_NAME,
         JSONLinesTracker,
@@ -33,12 +33,12 @@ _LAZY = {
     "CometMLTracker": "accel.tracking.adapters",
     "DVCLiveTracker": "accel.tracking.adapters",
     "GeneralTracker": "accel.tracking.base",
-    "JSONLinesTracker": "accel.tracking.registry",
-    "JSONL_CONFIG_FILE_NAME": "accel.tracking.registry",
-    "JSONL_FILE_NAME": "accel.tracking.registry",
+    "JSONLinesTracker": "accel.tracking.builtin",
+    "JSONL_CONFIG_FILE_NAME": "accel.tracking.builtin",
+    "JSONL_FILE_NAME": "accel.tracking.builtin",
     "LoggerType": "accel.tracking.registry",
     "MLflowTracker": "accel.tracking.adapters",
-    "TensorBoardTracker": "accel.tracking.registry",
+    "TensorBoardTracker": "accel.tracking.builtin",
     "TrackerError": "accel.tracking.base",
     "TrackerNotInstalledError": "accel.tracking.base",
     "WandBTracker": "accel.tracking.adapters",

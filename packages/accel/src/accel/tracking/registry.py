@@ -1,21 +1,20 @@
-"""Experiment trackers: the built-in TensorBoard and JSON-lines trackers, the third-party adapters,
-and how `Accelerator(log_with=...)` names them (Accelerate's `accelerate.tracking`).
+"""How `Accelerator(log_with=...)` names trackers: `LoggerType`, which trackers are installed, and
+building the trackers asked for.
 
 A tracker whose library is missing is refused when it is asked for, naming the package to install;
-"all" means every tracker whose library is installed.
+"all" means every tracker whose library is installed. Installed means what `accel.utils`'s
+`is_*_available` probes say (`accel.environment.availability`): one answer for both.
 """
 
 from __future__ import annotations
 
 import enum
-import importlib.util
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from accel.environment import availability
 from accel.tracking.adapters import (
     AimTracker,
     ClearMLTracker,
@@ -24,15 +23,8 @@ from accel.tracking.adapters import (
     MLflowTracker,
     WandBTracker,
 )
-from accel.tracking.base import (
-    GeneralTracker,
-    TrackerError,
-    TrackerNotInstalledError,
-    on_main_process,
-)
-
-JSONL_FILE_NAME = "metrics.jsonl"
-JSONL_CONFIG_FILE_NAME = "config.json"
+from accel.tracking.base import GeneralTracker, TrackerError, TrackerNotInstalledError
+from accel.tracking.builtin import JSONLinesTracker, TensorBoardTracker
 
 
 class LoggerType(str, enum.Enum):
@@ -52,136 +44,32 @@ class LoggerType(str, enum.Enum):
         return self.value
 
 
-class TensorBoardTracker(GeneralTracker):
-    """Writes TensorBoard event files under `logging_dir/run_name` (torch's SummaryWriter)."""
-
-    name = "tensorboard"
-    requires_logging_directory = True
-
-    @on_main_process
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.logging_dir = os.path.join(logging_dir, run_name)
-        self.writer_kwargs = kwargs
-        self.writer: Any = None
-
-    @on_main_process
-    def start(self) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.writer = SummaryWriter(self.logging_dir, **self.writer_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        return self.writer
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        # add_hparams takes numbers, strings, booleans and tensors; anything else is shown as text.
-        simple = (int, float, str, bool)
-        hparams = {k: v if isinstance(v, simple) else str(v) for k, v in values.items()}
-        self.writer.add_hparams(hparams, metric_dict={})
-        self.writer.flush()
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        for key, value in values.items():
-            if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
-                value = value.item()
-            if isinstance(value, (int, float)):
-                self.writer.add_scalar(key, value, global_step=step, **kwargs)
-            elif isinstance(value, str):
-                self.writer.add_text(key, value, global_step=step, **kwargs)
-            elif isinstance(value, dict):
-                self.writer.add_scalars(key, value, global_step=step, **kwargs)
-        self.writer.flush()
-
-    @on_main_process
-    def finish(self) -> None:
-        self.writer.close()
-
-
-def _jsonable(value: Any) -> Any:
-    # Tensors and numpy values become numbers or lists; anything else is written as its text.
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return str(value)
-
-
-class JSONLinesTracker(GeneralTracker):
-    """Appends one JSON object per `log` call, `{"step": ..., "values": {...}}`, to
-    `logging_dir/run_name/metrics.jsonl`; the configuration goes to `config.json` beside it.
-    Needs nothing installed."""
-
-    name = "jsonl"
-    requires_logging_directory = True
-
-    @on_main_process
-    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.logging_dir = Path(logging_dir) / run_name
-        self.file: IO[str] | None = None
-
-    @property
-    def path(self) -> Path:
-        return self.logging_dir / JSONL_FILE_NAME
-
-    @on_main_process
-    def start(self) -> None:
-        self.logging_dir.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by finish)
-
-    @property
-    def tracker(self) -> Any:
-        return self.file
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        text = json.dumps(values, default=_jsonable, indent=2)
-        (self.logging_dir / JSONL_CONFIG_FILE_NAME).write_text(text + "\n", encoding="utf-8")
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        if self.file is None:
-            raise TrackerError(f"jsonl tracker: log() after finish() (file {self.path})")
-        self.file.write(json.dumps({"step": step, "values": values}, default=_jsonable) + "\n")
-        self.file.flush()
-
-    @on_main_process
-    def finish(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-
-
 @dataclass(frozen=True)
 class _Known:
     tracker_class: type[GeneralTracker]
-    module: str | None  # what must be importable; None: nothing
+    installed: Callable[[], bool]  # the probe of its library
     package: str  # what to pip install
 
 
+def _nothing_to_install() -> bool:
+    return True
+
+
 _KNOWN: dict[str, _Known] = {
-    "tensorboard": _Known(TensorBoardTracker, "tensorboard", "tensorboard"),
-    "jsonl": _Known(JSONLinesTracker, None, ""),
-    "wandb": _Known(WandBTracker, "wandb", "wandb"),
-    "comet_ml": _Known(CometMLTracker, "comet_ml", "comet-ml"),
-    "aim": _Known(AimTracker, "aim", "aim"),
-    "mlflow": _Known(MLflowTracker, "mlflow", "mlflow"),
-    "clearml": _Known(ClearMLTracker, "clearml", "clearml"),
-    "dvclive": _Known(DVCLiveTracker, "dvclive", "dvclive"),
+    "tensorboard": _Known(TensorBoardTracker, availability.is_tensorboard_available, "tensorboard"),
+    "jsonl": _Known(JSONLinesTracker, _nothing_to_install, ""),
+    "wandb": _Known(WandBTracker, availability.is_wandb_available, "wandb"),
+    "comet_ml": _Known(CometMLTracker, availability.is_comet_ml_available, "comet-ml"),
+    "aim": _Known(AimTracker, availability.is_aim_available, "aim"),
+    "mlflow": _Known(MLflowTracker, availability.is_mlflow_available, "mlflow"),
+    "clearml": _Known(ClearMLTracker, availability.is_clearml_available, "clearml"),
+    "dvclive": _Known(DVCLiveTracker, availability.is_dvclive_available, "dvclive"),
 }
-
-
-def _installed(known: _Known) -> bool:
-    return known.module is None or importlib.util.find_spec(known.module) is not None
 
 
 def get_available_trackers() -> list[str]:
     """Return the names of the trackers whose libraries are installed."""
-    return [name for name, known in _KNOWN.items() if _installed(known)]
+    return [name for name, known in _KNOWN.items() if known.installed()]
 
 
 def _name_of(item: Any) -> str:
@@ -231,7 +119,7 @@ def resolve_trackers(log_with: Any, logging_dir: str | os.PathLike[str] | None) 
 
 def _check_usable(name: str, logging_dir: str | os.PathLike[str] | None) -> None:
     known = _KNOWN[name]
-    if not _installed(known):
+    if not known.installed():
         raise TrackerNotInstalledError(
             f"log_with: the {name!r} tracker needs the {known.package} package; "
             f"install it with `pip install {known.package}`"
@@ -270,23 +158,3 @@ def build_trackers(
     for tracker in trackers:
         tracker.start()
     return trackers
-
-
-__all__ = [
-    "AimTracker",
-    "ClearMLTracker",
-    "CometMLTracker",
-    "DVCLiveTracker",
-    "GeneralTracker",
-    "JSONLinesTracker",
-    "LoggerType",
-    "MLflowTracker",
-    "TensorBoardTracker",
-    "TrackerError",
-    "TrackerNotInstalledError",
-    "WandBTracker",
-    "build_trackers",
-    "get_available_trackers",
-    "on_main_process",
-    "resolve_trackers",
-]
