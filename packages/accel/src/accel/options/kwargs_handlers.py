@@ -1,6 +1,6 @@
 """The kwargs handlers of Accelerate: small dataclasses that customise one object a run builds.
 
-Each is given to `Accelerator(kwargs_handlers=[...])` at most once; `handler_options` turns the
+Each is given to `Accelerator(kwargs_handlers=[...])` at most once; `options.handlers` turns the
 list into what the state, the precision policy and the backend are built with. As in Accelerate,
 only the fields a user changed from the defaults are handed on (`to_kwargs`).
 """
