@@ -4,14 +4,15 @@ Names load on first use (PEP 562), so `from accel import Accelerator` imports wh
 needs and not the CLI, the trackers or the checkpoint code.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
 from accel import old_paths
 from accel.__about__ import __version__
 from accel.adapter_names import ADAPTER_NAMES, adapter_name
 
+# `typing` alone costs more than the rest of `import accel`; type checkers read this name as True.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from accel.accelerator import Accelerator
     from accel.checkpointing.errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
     from accel.options.dataloader_config import DataLoaderConfiguration
@@ -147,7 +148,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
+    import importlib
+
     module = _LAZY.get(name)
     if module is None:
         # DeepSpeedPlugin, DummyOptim, ...: from their adapter package, on first use.

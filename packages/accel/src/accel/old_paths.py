@@ -5,14 +5,15 @@ one identity: its classes are the same objects), with a DeprecationWarning namin
 `import accel` installs a finder that answers for these names only, so no other import pays for it.
 """
 
-import importlib
 import sys
-import warnings
-from typing import TYPE_CHECKING, Any
 
+# Imported by `import accel`: no `typing` (it costs more than accel itself); type checkers read
+# this name as True.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
     from types import ModuleType
+    from typing import Any
 
 # Old path -> new path. Entries go away in accel 0.2.
 MOVED: dict[str, str] = {
@@ -71,7 +72,7 @@ class MovedModules:
     module at the new path (created there, executed once)."""
 
     @classmethod
-    def find_spec(cls, name: str, path: Any = None, target: Any = None) -> "ModuleSpec | None":
+    def find_spec(cls, name: str, path: "Any" = None, target: "Any" = None) -> "ModuleSpec | None":
         """Return a spec loading the new module for an old path; None for every other name."""
         if name not in MOVED:
             return None
@@ -82,6 +83,9 @@ class MovedModules:
     @staticmethod
     def create_module(spec: "ModuleSpec") -> "ModuleType":
         """Return the module at the new path, warning that the old one is deprecated."""
+        import importlib
+        import warnings
+
         new = MOVED[spec.name]
         warnings.warn(
             f"{spec.name} moved to {new}: import it from there (the old path goes away in accel 0.2)",
