@@ -125,7 +125,7 @@ def _saver_objects(project_dir):
     import torch
 
     from accel import Accelerator
-    from accel.project_config import ProjectConfiguration
+    from accel.options.project_config import ProjectConfiguration
 
     accelerator = Accelerator()
     accelerator.project_configuration = ProjectConfiguration(

@@ -45,14 +45,14 @@ def _train_step(accelerator, model, optimizer):
 def _digest(model, optimizer):
     import torch
 
-    from accel.content_digest import content_digest
+    from accel.checkpointing.content_digest import content_digest
 
     return content_digest([model.state_dict(), optimizer.state_dict(), torch.get_rng_state()])
 
 
 def load_with_rank_one_corrupt(folder):
     """Save, train on, corrupt rank 1's random states; return (load error, whether nothing changed)."""
-    from accel.checkpoint_errors import CheckpointError
+    from accel.checkpointing.errors import CheckpointError
 
     accelerator, model, optimizer = _build()
     _train_step(accelerator, model, optimizer)
@@ -88,7 +88,7 @@ def save_with_a_full_disk_on_rank_one(folder):
 
     import torch
 
-    from accel.checkpoint_errors import CheckpointError
+    from accel.checkpointing.errors import CheckpointError
 
     accelerator, model, optimizer = _build(timeout=20)
     accelerator.step = 1
@@ -129,7 +129,7 @@ def test_a_full_disk_on_one_rank_fails_every_rank_at_once_launch(tmp_path):
 
 def each_rank_its_own_folder(root):
     """Save, then load, each rank naming its own folder; return (save error, load error, files)."""
-    from accel.checkpoint_errors import CheckpointError
+    from accel.checkpointing.errors import CheckpointError
 
     accelerator, model, optimizer = _build(timeout=60)
     rank = accelerator.process_index

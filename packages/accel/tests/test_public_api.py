@@ -77,3 +77,17 @@ def test_non_blocking_and_dispatch_batches_read_the_dataloader_configuration():
     config = DataLoaderConfiguration(non_blocking=True, dispatch_batches=False)
     accelerator = Accelerator(dataloader_config=config)
     assert accelerator.non_blocking is True and accelerator.dispatch_batches is False
+
+
+def test_the_folders_public_names_are_the_objects_accel_exports():
+    import accel.checkpointing
+    import accel.tracking
+
+    for name in ("CheckpointError", "CheckpointTargetError", "CheckpointWriteError"):
+        assert getattr(accel.checkpointing, name) is getattr(accel, name)
+    for name in ("GeneralTracker", "LoggerType", "TrackerError", "TrackerNotInstalledError"):
+        assert getattr(accel.tracking, name) is getattr(accel, name)
+    for module in (accel.checkpointing, accel.tracking):
+        assert all(hasattr(module, name) for name in module.__all__), module.__name__
+        assert set(module.__all__) <= set(dir(module))
+    assert accel.checkpointing.save_state.__module__ == "accel.checkpointing.save_load"

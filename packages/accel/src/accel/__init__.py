@@ -4,26 +4,29 @@ Names load on first use (PEP 562), so `from accel import Accelerator` imports wh
 needs and not the CLI, the trackers or the checkpoint code.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+from accel import old_paths
 from accel.__about__ import __version__
 from accel.adapter_names import ADAPTER_NAMES, adapter_name
 
+# `typing` alone costs more than the rest of `import accel`; type checkers read this name as True.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from accel.accelerator import Accelerator
-    from accel.checkpoint_errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
-    from accel.dataloader_config import DataLoaderConfiguration
-    from accel.kwargs_handlers import (
+    from accel.checkpointing.errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
+    from accel.options.dataloader_config import DataLoaderConfiguration
+    from accel.options.kwargs_handlers import (
         AutocastKwargs,
         DistributedDataParallelKwargs,
         GradScalerKwargs,
         InitProcessGroupKwargs,
         ProfileKwargs,
     )
-    from accel.metrics import GatherForMetricsError
-    from accel.project_config import ProjectConfiguration
-    from accel.tracking import GeneralTracker, LoggerType, TrackerError, TrackerNotInstalledError
+    from accel.options.project_config import ProjectConfiguration
+    from accel.tracking.base import GeneralTracker, TrackerError, TrackerNotInstalledError
+    from accel.tracking.registry import LoggerType
+    from accel.training.metrics import GatherForMetricsError
     from accel_data import DispatchError, LoaderStateError, ShardingError, skip_first_batches
     from accel_launch import ConfigError, LaunchOptionsError, NotebookLaunchError, notebook_launcher
     from accel_state import (
@@ -52,48 +55,50 @@ if TYPE_CHECKING:
 _LAZY = {
     "Accelerator": "accel.accelerator",
     "AcceleratorState": "accel_state",
-    "AutocastKwargs": "accel.kwargs_handlers",
+    "AutocastKwargs": "accel.options.kwargs_handlers",
     "BackendNotAvailableError": "accel_state",
-    "CheckpointError": "accel.checkpoint_errors",
-    "CheckpointTargetError": "accel.checkpoint_errors",
-    "CheckpointWriteError": "accel.checkpoint_errors",
+    "CheckpointError": "accel.checkpointing.errors",
+    "CheckpointTargetError": "accel.checkpointing.errors",
+    "CheckpointWriteError": "accel.checkpointing.errors",
     "CollectiveShapeError": "accel_state",
     "CollectiveTimeoutError": "accel_state",
     "ConfigError": "accel_launch",
     "DDPCommunicationHookType": "accel_state",
-    "DataLoaderConfiguration": "accel.dataloader_config",
+    "DataLoaderConfiguration": "accel.options.dataloader_config",
     "DispatchError": "accel_data",
-    "DistributedDataParallelKwargs": "accel.kwargs_handlers",
+    "DistributedDataParallelKwargs": "accel.options.kwargs_handlers",
     "DistributedOperationException": "accel_state",
     "DistributedType": "accel_state",
     "EnvVarError": "accel_state",
     "FsdpConfigError": "accel_state",
     "FullyShardedDataParallelPlugin": "accel_state",
-    "GatherForMetricsError": "accel.metrics",
-    "GeneralTracker": "accel.tracking",
-    "GradScalerKwargs": "accel.kwargs_handlers",
+    "GatherForMetricsError": "accel.training.metrics",
+    "GeneralTracker": "accel.tracking.base",
+    "GradScalerKwargs": "accel.options.kwargs_handlers",
     "GradientAccumulationPlugin": "accel_state",
     "GradientState": "accel_state",
-    "InitProcessGroupKwargs": "accel.kwargs_handlers",
+    "InitProcessGroupKwargs": "accel.options.kwargs_handlers",
     "KwargsHandler": "accel_state",
     "LaunchEnvironmentError": "accel_state",
     "LaunchOptionsError": "accel_launch",
     "LoaderStateError": "accel_data",
-    "LoggerType": "accel.tracking",
+    "LoggerType": "accel.tracking.registry",
     "MixedPrecisionError": "accel_state",
     "NotebookLaunchError": "accel_launch",
     "PartialState": "accel_state",
-    "ProfileKwargs": "accel.kwargs_handlers",
-    "ProjectConfiguration": "accel.project_config",
+    "ProfileKwargs": "accel.options.kwargs_handlers",
+    "ProjectConfiguration": "accel.options.project_config",
     "RankLeftError": "accel_state",
     "ShardingError": "accel_data",
-    "TrackerError": "accel.tracking",
-    "TrackerNotInstalledError": "accel.tracking",
+    "TrackerError": "accel.tracking.base",
+    "TrackerNotInstalledError": "accel.tracking.base",
     "find_executable_batch_size": "accel_state",
     "notebook_launcher": "accel_launch",
     "set_seed": "accel_state",
     "skip_first_batches": "accel_data",
 }
+
+old_paths.install()  # accel.checkpoint_errors and the other paths of the flat layout still import
 
 __all__ = [
     "Accelerator",
@@ -143,7 +148,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
+    import importlib
+
     module = _LAZY.get(name)
     if module is None:
         # DeepSpeedPlugin, DummyOptim, ...: from their adapter package, on first use.

@@ -18,18 +18,18 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from accel.checkpoint_registry import CheckpointRegistry
-from accel.dataloader_config import DataLoaderConfiguration
-from accel.experiment_tracking import ExperimentTracking
-from accel.explicit_options import explicit_options
-from accel.gradient_accumulation import resolve_accumulation_plugin
-from accel.handler_options import KwargsHandlers
-from accel.kwargs_handlers import AutocastKwargs, ProfileKwargs
-from accel.object_kinds import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
-from accel.process_control import ProcessControl
-from accel.profiling import profile as _profile
-from accel.project_config import ProjectConfiguration
-from accel.training_triggers import TrainingTriggers
+from accel.checkpointing.registry import CheckpointRegistry
+from accel.options.accumulation import resolve_accumulation_plugin
+from accel.options.dataloader_config import DataLoaderConfiguration
+from accel.options.explicit import explicit_options
+from accel.options.handlers import KwargsHandlers
+from accel.options.kwargs_handlers import AutocastKwargs, ProfileKwargs
+from accel.options.project_config import ProjectConfiguration
+from accel.tracking.methods import ExperimentTracking
+from accel.training.object_kinds import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
+from accel.training.process_control import ProcessControl
+from accel.training.profiling import profile as _profile
+from accel.training.triggers import TrainingTriggers
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler, precision_policy
 from accel_state import (
     AcceleratorState,
@@ -411,7 +411,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
-        from accel import metrics
+        from accel.training import metrics
 
         return metrics.gather_for_metrics(input_data, use_gather_object, self.num_processes)
 
@@ -493,7 +493,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         safe_serialization: bool = True,
     ) -> None:
         """Write `model`'s weights (from the main process) as sharded safetensors with an index."""
-        from accel.weight_files import save_model
+        from accel.checkpointing.weight_files import save_model
 
         save_model(self, model, save_directory, max_shard_size, safe_serialization)
 

@@ -4,10 +4,10 @@
 what to install; `import accel` never imports an adapter (or its engine) by itself.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+# Imported by `import accel`: no `typing` (it costs more than accel itself), no importlib until asked.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).
 DEEPSPEED_INSTALL = (
@@ -23,10 +23,12 @@ ADAPTER_NAMES: dict[str, tuple[str, str]] = {
 }
 
 
-def adapter_name(name: str, importer: str) -> Any:
+def adapter_name(name: str, importer: str) -> "Any":
     """Return `name` from its adapter; AttributeError (module `importer` has no such name) if unknown."""
     if name not in ADAPTER_NAMES:
         raise AttributeError(f"module {importer!r} has no attribute {name!r}")
+    import importlib
+
     module, install = ADAPTER_NAMES[name]
     try:
         return getattr(importlib.import_module(module), name)

@@ -1,1 +1,1 @@
-"""What the process finds around it: launch variables, distributed type, device, installed packages."""
+"""What the process finds around it: launch variables, distributed type, device, memory."""

@@ -1,48 +1,28 @@
 """`accel.utils`: Accelerate's utility names, each the object of the package that holds its concept.
 
-Imported only when a script imports it (`import accel` does not), so the probes and helpers here
-cost nothing to a script that does not use them.
+Only re-exports: the probes live in `accel.environment.availability` (also at Accelerate's
+`accel.utils.imports`), the environment helpers in `accel.environment.variables`, `reduce` in
+`accel.utils.operations`. Imported only when a script imports it (`import accel` does not), so
+they cost nothing to a script that does not use them.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from accel.adapter_names import adapter_name
-from accel.dataloader_config import DataLoaderConfiguration
-from accel.kwargs_handlers import (
+from accel.options.dataloader_config import DataLoaderConfiguration
+from accel.options.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
-from accel.project_config import ProjectConfiguration
-from accel.tracking import LoggerType
-from accel_data.rng_sync import synchronize_rng_states
-from accel_state import (
-    DDPCommunicationHookType,
-    DistributedOperationException,
-    DistributedType,
-    FullyShardedDataParallelPlugin,
-    GradientAccumulationPlugin,
-    KwargsHandler,
-    broadcast,
-    broadcast_object_list,
-    copy_tensor_to_devices,
-    find_executable_batch_size,
-    gather,
-    gather_object,
-    pad_across_processes,
-    recursively_apply,
-    release_memory,
-    send_to_device,
-    set_seed,
-)
-from accel_state import reduce as _reduce
-from accel_state.environment import env_vars
-from accel_state.environment.availability import (
+from accel.options.project_config import ProjectConfiguration
+from accel.tracking.registry import LoggerType
+from accel.utils.environment import patch_environment, str_to_bool
+from accel.utils.imports import (
     check_cuda_fp8_capability,
     compare_versions,
     is_4bit_bnb_available,
@@ -107,37 +87,27 @@ from accel_state.environment.availability import (
     is_xccl_available,
     is_xpu_available,
 )
-
-
-def patch_environment(**kwargs: Any) -> contextlib.AbstractContextManager[None]:
-    """Set environment variables (names upper-cased, values as strings) inside the block, then
-    restore what was there before (Accelerate's helper)."""
-    return env_vars.patched({key.upper(): str(value) for key, value in kwargs.items()})
-
-
-_TRUE_WORDS = ("y", "yes", "t", "true", "on", "1")
-_FALSE_WORDS = ("n", "no", "f", "false", "off", "0")
-
-
-def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
-    """Return 1 for a yes-word (`y`, `yes`, `t`, `true`, `on`, `1`) and 0 for a no-word, as bools
-    with `to_bool` (Accelerate's helper for flags read from the environment)."""
-    word = str(value).strip().lower()
-    if word in _TRUE_WORDS:
-        return True if to_bool else 1
-    if word in _FALSE_WORDS:
-        return False if to_bool else 0
-    raise ValueError(f"str_to_bool: {value!r} is neither a yes-word ({', '.join(_TRUE_WORDS)}) nor a no-word")
-
-
-def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
-    """Return the element-wise mean (or `reduction="sum"`) over ranks of every tensor, times `scale`.
-
-    Accelerate's `utils.reduce` averages by default while `Accelerator.reduce` sums; this keeps
-    both defaults. The work is `accel_state.reduce`'s.
-    """
-    return _reduce(tensor, reduction=reduction, scale=scale)
-
+from accel.utils.operations import reduce
+from accel_data.rng_sync import synchronize_rng_states
+from accel_state import (
+    DDPCommunicationHookType,
+    DistributedOperationException,
+    DistributedType,
+    FullyShardedDataParallelPlugin,
+    GradientAccumulationPlugin,
+    KwargsHandler,
+    broadcast,
+    broadcast_object_list,
+    copy_tensor_to_devices,
+    find_executable_batch_size,
+    gather,
+    gather_object,
+    pad_across_processes,
+    recursively_apply,
+    release_memory,
+    send_to_device,
+    set_seed,
+)
 
 __all__ = [
     "DataLoaderConfiguration",

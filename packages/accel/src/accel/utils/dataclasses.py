@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from accel.adapter_names import adapter_name
-from accel.dataloader_config import DataLoaderConfiguration
-from accel.kwargs_handlers import (
+from accel.options.dataloader_config import DataLoaderConfiguration
+from accel.options.kwargs_handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
-from accel.project_config import ProjectConfiguration
-from accel.tracking import LoggerType
+from accel.options.project_config import ProjectConfiguration
+from accel.tracking.registry import LoggerType
 from accel_state import (
     DDPCommunicationHookType,
     DistributedType,

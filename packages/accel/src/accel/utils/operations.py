@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from accel.utils import reduce
+from typing import Any
+
 from accel_amp.precision import convert_to_fp32
 from accel_state import (
     DistributedOperationException,
@@ -15,6 +16,17 @@ from accel_state import (
     recursively_apply,
     send_to_device,
 )
+from accel_state import reduce as _reduce
+
+
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Return the element-wise mean (or `reduction="sum"`) over ranks of every tensor, times `scale`.
+
+    Accelerate's `utils.reduce` averages by default while `Accelerator.reduce` sums; this keeps
+    both defaults. The work is `accel_state.reduce`'s.
+    """
+    return _reduce(tensor, reduction=reduction, scale=scale)
+
 
 __all__ = [
     "DistributedOperationException",

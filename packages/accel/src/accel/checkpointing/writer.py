@@ -1,0 +1,123 @@
+"""Writing the files of a checkpoint: each write's failure named, each file's check noted.
+
+A failed write names its file and cause ("no space left on device while writing ...",
+CheckpointWriteError); files follow the umask. Tensor files are written straight to disk, and
+their content digest (and each tensor's) is computed meanwhile on the checking thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel.checkpointing.content_digest import digest_of
+from accel.checkpointing.digests import check_later
+from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
+
+
+def _file_mode() -> int:
+    """Return the mode open() gives a new file under this process's umask."""
+    with contextlib.suppress(OSError):  # /proc gives the umask without changing it (threads)
+        match = re.search(r"^Umask:\s*([0-7]+)", Path("/proc/self/status").read_text(), re.MULTILINE)
+        if match:
+            return 0o666 & ~int(match.group(1), 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _os_errno(error: BaseException) -> int | None:
+    """Return the errno behind a failed write: an OSError's, or safetensors' "(os error N)"."""
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain of causes, not a cycle
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno:
+            return seen.errno
+        match = re.search(r"\(os error (\d+)\)", str(seen))
+        if match:
+            return int(match.group(1))
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+@contextlib.contextmanager
+def writing(path: Path, doing: str = "writing") -> Iterator[None]:
+    """Turn an OS error inside the block into CheckpointWriteError naming `path` and its cause."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:
+        code = _os_errno(error)
+        if code is None:
+            raise
+        reason = "no space left on device" if code == errno.ENOSPC else os.strerror(code).lower()
+        raise CheckpointWriteError(f"{reason} while {doing} {path}") from error
+
+
+def write_torch_file(path: Path, obj: Any) -> None:
+    """torch.save `obj` into `path` through a Python file (torch's own writer reports a full disk as
+    "unexpected pos", without the cause)."""
+    with writing(path), path.open("wb") as handle:
+        torch.save(obj, handle)
+
+
+def write_safetensors_file(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Write a safetensors file whose mode follows the umask (safetensors creates its files 0600)."""
+    from safetensors.torch import save_file
+
+    with writing(path):
+        save_file(tensors, str(path), metadata=metadata)
+        os.chmod(path, _file_mode())
+
+
+def write_bytes_file(path: Path, data: bytes) -> None:
+    with writing(path):
+        path.write_bytes(data)
+
+
+def _content_check(obj: Any) -> dict[str, Any]:
+    digest = digest_of(obj)
+    return {"content": digest.whole, "tensors": digest.tensors}
+
+
+class FolderWriter:
+    """Writes the files of one checkpoint into its temporary folder and notes how to check each."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._checks: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+
+    def _check_content(self, name: str, obj: Any) -> None:
+        self._checks[name] = check_later(_content_check, obj)
+
+    def write_torch(self, name: str, obj: Any) -> None:
+        self._check_content(name, obj)
+        write_torch_file(self.folder / name, obj)
+
+    def write_safetensors(
+        self, name: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
+    ) -> None:
+        self._check_content(name, (tensors, metadata))
+        write_safetensors_file(self.folder / name, tensors, metadata)
+
+    def write_json(self, name: str, obj: Any) -> None:
+        data = json.dumps(obj, indent=1, sort_keys=True).encode()
+        write_bytes_file(self.folder / name, data)
+        self._checks[name] = check_later(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
+
+    def checks(self) -> dict[str, dict[str, Any]]:
+        """Return {file name: {"content": hex digest, "tensors": {path: hex digest}} or {"sha256": hex
+        digest}} of the files written (waits for them)."""
+        return {name: future.result() for name, future in self._checks.items()}
