@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, CheckpointError, DistributedType
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler
-from accel_state import BackendDefaults, PreparedObjects, ProcessSetup, TorchCommunicator
+from accel_state import BackendDefaults, DdpOptions, PreparedObjects, ProcessSetup, TorchCommunicator
 from accel_state.seam import backend as backend_module
 
 
@@ -161,7 +161,7 @@ def test_the_backend_is_chosen_once_and_built_with_its_options(recording):
     assert accelerator.backend is backend
     assert accelerator.distributed_type is DistributedType.FSDP
     assert backend.options.precision.mode == "bf16"
-    assert backend.options.ddp_kwargs == {"find_unused_parameters": True}
+    assert backend.options.engine_options == (DdpOptions(kwargs={"find_unused_parameters": True}),)
     assert accelerator.precision is backend.precision
 
 
