@@ -19,6 +19,7 @@ def backend_registry(monkeypatch):
         if backend_module._distribution(entry) == "accel-state"
     }
     added: dict = {}
+    monkeypatch.setattr(backend_module, "_own_entry_points", lambda: own)
     monkeypatch.setattr(backend_module, "_installed", lambda: {**own, **added})
     try:
         yield added

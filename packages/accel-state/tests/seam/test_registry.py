@@ -162,3 +162,69 @@ def test_a_backend_may_ask_for_shared_state_per_thread(registry, monkeypatch):
     finally:
         PartialState._reset_state()
         use_per_thread_state(False)
+
+
+def test_accel_states_backends_are_declared_as_entry_points_like_an_adapters():
+    installed = backend_module._installed()
+    own = {name for name, entry in installed.items() if entry.dist.name == "accel-state"}
+    assert own == {"NO", "MULTI_CPU", "MULTI_GPU", "FSDP"}
+    assert installed["NO"].load() is NativeBackend
+
+
+def test_the_entry_points_are_read_once_and_accel_states_alone_for_its_own_types(monkeypatch):
+    scans, lookups = [], []
+    real_scan, real_lookup = backend_module.metadata.entry_points, backend_module.metadata.distribution
+
+    def scan(**kwargs):
+        scans.append(kwargs)
+        return real_scan(**kwargs)
+
+    def lookup(name):
+        lookups.append(name)
+        return real_lookup(name)
+
+    saved = dict(backend_module._registry)
+    monkeypatch.setattr(backend_module.metadata, "entry_points", scan)
+    monkeypatch.setattr(backend_module.metadata, "distribution", lookup)
+    backend_module._own_entry_points.cache_clear()
+    backend_module._installed.cache_clear()
+    try:
+        backend_module._registry.clear()
+        backend_module.backend_factory(DistributedType.NO)
+        backend_module.backend_factory(DistributedType.MULTI_CPU)
+        assert (lookups, scans) == (["accel-state"], []), "the common runs read one distribution's metadata"
+        for _ in range(2):
+            with pytest.raises(BackendNotAvailableError):
+                backend_module.backend_factory(DistributedType.MULTI_NPU)
+        assert (lookups, scans) == (["accel-state"], [{"group": "accel.backends"}])
+    finally:
+        backend_module._own_entry_points.cache_clear()
+        backend_module._installed.cache_clear()
+        backend_module._registry.clear()
+        backend_module._registry.update(saved)
+
+
+def test_metadata_without_accel_states_backends_says_to_reinstall_it(registry, monkeypatch):
+    monkeypatch.setattr(backend_module, "_own_entry_points", lambda: {})
+    monkeypatch.setattr(backend_module, "_installed", lambda: {})
+    backend_module._registry.clear()
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"distributed type NO, and accel-state's installed metadata declares none "
+        r"\(entry-point group accel.backends\): reinstall accel-state$",
+    ):
+        backend_module.backend_factory(DistributedType.NO)
+
+
+def test_an_adapters_missing_libraries_name_the_distribution_that_declares_it(registry):
+    factory = _FakeFactory()
+    factory.available = False
+    registry["XLA"] = SimpleNamespace(
+        name="XLA", load=lambda: factory, dist=SimpleNamespace(name="accel-xla")
+    )
+    backend_module._registry.pop(DistributedType.XLA, None)
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"check accel-xla's install \(the install line is in packages/accel-xla/README.md",
+    ):
+        create_backend(DistributedType.XLA, PartialState())

@@ -114,3 +114,14 @@ def test_after_a_reset_the_error_has_accelerates_words():
         _ = partial.someotherthing
     state.someotherthing = "MyValue"
     assert state.someotherthing == "MyValue"
+
+
+def test_partial_state_is_the_process_facts_it_extends_and_reset_says_so():
+    from accel_state import StateResetError
+
+    state = AcceleratorState()
+    assert state.partial_state.__dict__ is PartialState().__dict__
+    assert state.partial_state.device == state.device
+    AcceleratorState._reset_state()
+    with pytest.raises(StateResetError, match="`partial_state`"):
+        _ = state.partial_state

@@ -46,8 +46,8 @@ class ProcessSetup:
     device: torch.device
     process_group_backend: str | None
     communicator: Communicator
-    # This process's place in the job when the backend's runtime assigns it (XLA's replicas, which
-    # may be threads no launcher variable describes); None: as the launcher's variables say.
+    # This process's place in the job when the backend's runtime assigns it (replicas that may be
+    # threads no launcher variable describes); None: as the launcher's variables say.
     launch: LaunchEnvironment | None = None
 
 
@@ -304,12 +304,28 @@ def register_backend(distributed_type: DistributedType | str, factory: BackendFa
 
 
 @functools.cache
+def _own_entry_points() -> dict[str, metadata.EntryPoint]:
+    """The factories this package declares, by distributed type name: read from its own metadata
+    alone (a millisecond), so that the common runs never scan every installed distribution."""
+    try:
+        declared = metadata.distribution(_OWN_DISTRIBUTION).entry_points
+    except metadata.PackageNotFoundError:
+        return {}
+    return {entry.name: entry for entry in declared.select(group=ENTRY_POINT_GROUP)}
+
+
+@functools.cache
 def _installed() -> dict[str, metadata.EntryPoint]:
-    """The factories declared by installed distributions, by distributed type name (read once)."""
-    found: dict[str, metadata.EntryPoint] = {}
+    """The factories declared by every installed distribution, by distributed type name (read
+    once, when a type this package does not declare is asked for; its own come first)."""
+    found = dict(_own_entry_points())
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(entry.name, entry)
     return found
+
+
+def _entry_point(name: str) -> metadata.EntryPoint | None:
+    return _own_entry_points().get(name) or _installed().get(name)
 
 
 def _distribution(entry: Any) -> str | None:
@@ -323,7 +339,7 @@ def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
     name = distributed_type.value
     factory = _registry.get(distributed_type)
     if factory is None:
-        entry = _installed().get(name)
+        entry = _entry_point(name)
         if entry is None:
             raise _not_installed(name)
         factory = entry.load()
@@ -343,7 +359,7 @@ def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
 def _declared_by(name: str) -> str:
     """The distribution that declares the backend of type `name`; for one nobody declares, the
     adapter package it would be (`accel-<type>`)."""
-    return _distribution(_installed().get(name)) or f"accel-{name.lower()}"
+    return _distribution(_entry_point(name)) or f"accel-{name.lower()}"
 
 
 def _install_line(distribution: str) -> str:
