@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, CheckpointError, DistributedType
 from accel_amp import AcceleratedOptimizer, AcceleratedScheduler
-from accel_state import BackendDefaults, PreparedObjects, ProcessSetup, TorchCommunicator
+from accel_state import BackendDefaults, DdpOptions, PreparedObjects, ProcessSetup, TorchCommunicator
 from accel_state.seam import backend as backend_module
 
 
@@ -50,6 +51,7 @@ class RecordingBackend(BackendDefaults):
     def __init__(self, state, options) -> None:
         self.state = state
         self.options = options
+        self.plugin = options.plugin
         self.precision = options.precision
         self.calls: list[tuple] = []
         self.skip_next_step = False
@@ -161,8 +163,17 @@ def test_the_backend_is_chosen_once_and_built_with_its_options(recording):
     assert accelerator.backend is backend
     assert accelerator.distributed_type is DistributedType.FSDP
     assert backend.options.precision.mode == "bf16"
-    assert backend.options.ddp_kwargs == {"find_unused_parameters": True}
+    assert backend.options.engine_options == (DdpOptions(kwargs={"find_unused_parameters": True}),)
     assert accelerator.precision is backend.precision
+
+
+def test_a_plugin_reaches_the_backend_untouched_and_returns_under_its_keyword(recording):
+    plugin = SimpleNamespace(distributed_type=DistributedType.FSDP)
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    (backend,) = RecordingBackend.instances
+    assert backend.options.plugin is plugin
+    assert accelerator.fsdp_plugin is plugin and accelerator.is_fsdp2
+    assert accelerator.deepspeed_plugin is None
 
 
 def test_prepare_hands_all_four_kinds_to_the_backend_in_one_call(recording):

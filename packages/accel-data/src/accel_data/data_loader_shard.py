@@ -315,7 +315,7 @@ class DataLoaderShard(DataLoader):
         position = self._position
         self._pass_skip = skip = self._take_skip()
         position.batches_yielded, position.finishing = skip, False
-        self._gradient_state._add_dataloader(self)
+        self._gradient_state.register_loader(self)
         try:
             batches = self._resumed_batches(skip)
             try:
@@ -332,7 +332,7 @@ class DataLoaderShard(DataLoader):
             position.finishing = True
             yield self._place(current)
         finally:
-            self._gradient_state._remove_dataloader(self)
+            self._gradient_state.unregister_loader(self)
             position.epoch += 1
             position.batches_yielded, position.finishing = 0, False
             self._pass_skip, self._skip_batches = None, 0

@@ -193,7 +193,7 @@ class DataLoaderDispatcher(DataLoader):
         self._forward_epoch()
         self.end_of_dataloader = False
         self.remainder = -1
-        self._gradient_state._add_dataloader(self)
+        self._gradient_state.register_loader(self)
         try:
             for message in self._messages():
                 if message.error is not None:
@@ -206,7 +206,7 @@ class DataLoaderDispatcher(DataLoader):
                     self.end_of_dataloader = True
                     return
         finally:
-            self._gradient_state._remove_dataloader(self)
+            self._gradient_state.unregister_loader(self)
             self.epoch += 1
 
     def _plan(self) -> Iterator[list[Dispatch]]:

@@ -59,6 +59,8 @@ def _replacement_sampler(
         return SeedableRandomSampler(
             sampler.data_source,
             replacement=sampler.replacement,
+            # torch's RandomSampler keeps the count the user asked for (None: the dataset's length at each
+            # pass) only in this private attribute; the public `num_samples` would freeze today's length.
             num_samples=sampler._num_samples,
             generator=sampler.generator,
             data_seed=_agreed_seed(data_seed, state),

@@ -36,6 +36,8 @@ class SynchronizedRandomSampler(RandomSampler):
         # Not RandomSampler.__init__: it refuses an empty dataset, which a loader may legitimately hold.
         self.data_source = sampler.data_source
         self.replacement = sampler.replacement
+        # RandomSampler's own private count (None: the dataset's length at each pass), which its
+        # __iter__ and num_samples read; there is no public way to copy it.
         self._num_samples = sampler._num_samples
         self.generator = sampler.generator
         self.synchronize = synchronize  # share the main process's draw (all ranks iterate the loader)
@@ -80,7 +82,7 @@ class SynchronizedRandomSampler(RandomSampler):
         # torch's own loop, over the generator chosen here.
         view = RandomSampler.__new__(RandomSampler)
         view.__dict__.update(data_source=self.data_source, replacement=self.replacement, generator=generator)
-        view._num_samples = self._num_samples
+        view._num_samples = self._num_samples  # what RandomSampler.__iter__ reads (see __init__)
         yield from RandomSampler.__iter__(view)
 
     def _drawn_seed(self) -> int:

@@ -72,7 +72,7 @@ class DeepSpeedBackend(BackendDefaults):
         if not isinstance(plugin, DeepSpeedPlugin):
             raise TypeError(f"the DeepSpeed backend needs a DeepSpeedPlugin, got {type(plugin).__name__}")
         self.state = state
-        self.deepspeed_plugin = plugin
+        self.plugin = plugin
         self.resolved: ResolvedConfig = resolve_config(
             plugin,
             accumulation=options.explicit.get("gradient_accumulation_steps"),
@@ -214,6 +214,7 @@ class DeepSpeedBackend(BackendDefaults):
                 f"clip_grad_norm_(max_norm={max_norm}) but {self.resolved.source} sets "
                 f'"gradient_clipping": {configured}; clip in one place'
             )
+        # The engine reads the clip value from its private config at each step; it has no setter.
         engine._config.gradient_clipping = float(max_norm)
         if hasattr(engine.optimizer, "clip_grad"):
             engine.optimizer.clip_grad = float(max_norm)

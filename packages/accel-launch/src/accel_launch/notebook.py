@@ -153,7 +153,7 @@ def _check_fork_is_safe() -> None:
         )
     from accel_state import PartialState
 
-    if PartialState._shared_state:
+    if PartialState.current() is not None:
         raise NotebookLaunchError(
             "an Accelerator (or PartialState) was already created in this process; create it inside the "
             "function given to notebook_launcher instead"

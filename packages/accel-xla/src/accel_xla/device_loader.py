@@ -80,7 +80,7 @@ class XlaDeviceLoader(MpDeviceLoader):
         state = self._gradient_state
         self.end_of_dataloader = False
         self._pass = position
-        state._add_dataloader(self)
+        state.register_loader(self)
         try:
             current = next(batches, _END)
             while current is not _END:
@@ -90,15 +90,15 @@ class XlaDeviceLoader(MpDeviceLoader):
                 position[2] = self.end_of_dataloader
                 # The wrapped loader registers itself from the upload thread, possibly after us:
                 # the loop's loader must be the one accumulation reads.
-                state._remove_dataloader(self)
-                state._add_dataloader(self)
+                state.unregister_loader(self)
+                state.register_loader(self)
                 if self._on_batch is not None:
                     self._on_batch([tuple(t.shape) for t in tensor_leaves(current)])
                 yield current
                 current = upcoming
             self.end_of_dataloader = True
         finally:
-            state._remove_dataloader(self)
+            state.unregister_loader(self)
             self._pass = None
 
     def _upload(self, batches: _BegunPass) -> Iterator[Any]:

@@ -39,9 +39,8 @@ def _holders(model: torch.nn.Module) -> dict[int, list[tuple[torch.nn.Module, st
     """Return, for each parameter object, every (module, attribute name) that holds it."""
     holders: dict[int, list[tuple[torch.nn.Module, str]]] = {}
     for module in model.modules():
-        for name, param in module._parameters.items():
-            if param is not None:
-                holders.setdefault(id(param), []).append((module, name))
+        for name, param in module.named_parameters(recurse=False, remove_duplicate=False):
+            holders.setdefault(id(param), []).append((module, name))
     return holders
 
 
@@ -56,11 +55,10 @@ def move_model(model: torch.nn.Module, device: torch.device, moved: MovedParamet
     model.to(device)
     for old_id, places in holders.items():
         first_module, first_name = places[0]
-        new = first_module._parameters[first_name]
-        assert new is not None
+        new = first_module.get_parameter(first_name)
         for module, name in places[1:]:
-            if module._parameters[name] is not new:
-                module._parameters[name] = new  # tied again: one tensor, one gradient, one update
+            if module.get_parameter(name) is not new:
+                setattr(module, name, new)  # tied again: one tensor, one gradient, one update
         moved.record(before[old_id], new)
     return model
 

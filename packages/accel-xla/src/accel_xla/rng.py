@@ -25,6 +25,7 @@ def seed_xla_generator(seed: int) -> None:
     global _seed_at_setup
     import torch_xla
 
+    # torch_xla has no public way to ask whether its runtime started without starting it.
     if not torch_xla._XLAC._xla_runtime_is_initialized():
         _seed_at_setup = seed
         return

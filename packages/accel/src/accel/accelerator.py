@@ -24,6 +24,7 @@ from accel.options.dataloader_config import DataLoaderConfiguration
 from accel.options.explicit import explicit_options
 from accel.options.handlers import KwargsHandlers
 from accel.options.kwargs_handlers import AutocastKwargs, ProfileKwargs
+from accel.options.plugin_arguments import chosen_plugin, plugin_of_run
 from accel.options.project_config import ProjectConfiguration
 from accel.tracking.methods import ExperimentTracking
 from accel.training.object_kinds import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
@@ -69,9 +70,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
     ) -> None:
-        """`deepspeed_plugin` (a `DeepSpeedPlugin` of accel-deepspeed) runs the job on DeepSpeed, and
-        `fsdp_plugin` (a `FullyShardedDataParallelPlugin`) on FSDP2; like every backend plugin each
-        names its distributed type and reaches the backend untouched."""
+        """A plugin argument (Accelerate's keywords, `accel.options.plugin_arguments`) runs the job on its
+        engine; like every backend plugin it names its distributed type and reaches the backend
+        untouched."""
         handlers = KwargsHandlers.from_list(kwargs_handlers)
         self.ddp_handler = handlers.ddp_handler
         self.scaler_handler = handlers.scaler_handler
@@ -81,10 +82,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self.fp8_recipe_handler = None  # Accelerate's name; accel runs no fp8
         plugin = resolve_accumulation_plugin(gradient_accumulation_steps, gradient_accumulation_plugin)
         state_kwargs = handlers.state_kwargs(timeout)
-        if deepspeed_plugin is not None and fsdp_plugin is not None:
-            raise ValueError("Accelerator: pass deepspeed_plugin or fsdp_plugin, not both")
-        backend_plugin = deepspeed_plugin if deepspeed_plugin is not None else fsdp_plugin
-        wanted_type = getattr(backend_plugin, "distributed_type", None)
+        backend_plugin, wanted_type = chosen_plugin(
+            {"deepspeed_plugin": deepspeed_plugin, "fsdp_plugin": fsdp_plugin}
+        )
         self.state = AcceleratorState(
             mixed_precision=mixed_precision, cpu=cpu, distributed_type=wanted_type, **state_kwargs
         )
@@ -111,8 +111,8 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         options.explicit = explicit_options(
             mixed_precision, gradient_accumulation_steps, gradient_accumulation_plugin
         )
-        self.backend = create_backend(self.state.distributed_type, self.state._partial, options)
-        # An engine with its own config may settle the precision (DeepSpeed's JSON): the state reports it.
+        self.backend = create_backend(self.state.distributed_type, self.state.partial_state, options)
+        # An engine with its own config may settle the precision (its JSON): the state reports it.
         self.state.mixed_precision = self.backend.precision.mode
         self.step = 0
         self.prepared = PreparedObjects()
@@ -130,17 +130,17 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     @property
     def deepspeed_plugin(self) -> Any:
-        """The DeepSpeedPlugin of a DeepSpeed run (None otherwise), as Accelerate names it."""
-        return self.backend.deepspeed_plugin
+        """The backend's plugin on a run of this keyword's type (None otherwise), as Accelerate names it."""
+        return plugin_of_run("deepspeed_plugin", self.distributed_type, self.backend.plugin)
 
     @property
     def fsdp_plugin(self) -> Any:
-        """The FullyShardedDataParallelPlugin of an FSDP run (None otherwise), as Accelerate names it."""
-        return self.backend.fsdp_plugin
+        """The backend's plugin on a run of this keyword's type (None otherwise), as Accelerate names it."""
+        return plugin_of_run("fsdp_plugin", self.distributed_type, self.backend.plugin)
 
     @property
     def is_fsdp2(self) -> bool:
-        """True on an FSDP run (accel runs FSDP2 only)."""
+        """True when the run has an `fsdp_plugin` (accel's sharded runs are all of the second version)."""
         return self.fsdp_plugin is not None
 
     @property
@@ -260,7 +260,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         return result[0] if len(result) == 1 else tuple(result)
 
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None) -> torch.nn.Module:
-        """Return `model` wrapped for this set-up (autocast forward, device, DDP)."""
+        """Return `model` wrapped for this set-up (autocast forward, device, data parallel wrapper)."""
         return self.prepare(model, device_placement=[self._placement(device_placement)])
 
     def prepare_optimizer(
@@ -302,7 +302,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         """Return a loader that resumes `dataloader`'s current epoch after `num_batches` batches.
 
         Skipped batches are never loaded; later epochs run in full from the original loader. A
-        loader the backend wrapped (XLA's device loader) skips inside its wrapper, wrapped again.
+        loader the backend wrapped (a device loader) skips inside its wrapper, wrapped again.
         """
         from accel_data import skip_first_batches
 
@@ -311,7 +311,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16 (by the backend)."""
-        self.gradient_state._note_backward()
+        self.gradient_state.note_backward()
         self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
@@ -325,7 +325,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
         """Accumulate gradients locally on non-sync steps; all-reduce and step on sync steps."""
-        self.gradient_state._set_sync_gradients(self._sync_this_step())
+        self.gradient_state.set_sync_gradients(self._sync_this_step())
         # sync_each_batch: all-reduce every batch (no no_sync), still stepping every num_steps.
         sync_each_batch = self.use_distributed and self.gradient_state.sync_each_batch
         with contextlib.ExitStack() as stack:
@@ -348,8 +348,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
             kind = DistributedType(distributed_type).value
             warnings.warn(
                 "Joining uneven inputs is only supported for multi-GPU training, as a result "
-                f"`join_uneven_inputs` will have no effect (distributed_type={kind}; multi-CPU DDP joins "
-                "too): give every rank the same number of batches (even_batches=True)",
+                f"`join_uneven_inputs` will have no effect (distributed_type={kind}, whose backend "
+                "cannot join; multi-CPU runs join too): give every rank the same number of batches "
+                "(even_batches=True)",
                 stacklevel=3,
             )
             yield
@@ -396,7 +397,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self, parameters: Iterable[torch.Tensor], max_norm: float, norm_type: float = 2.0
     ) -> torch.Tensor | None:
         """Clip gradients (after unscaling) to `max_norm`; return their total norm before clipping
-        (None under DeepSpeed, whose engine clips, and measures the norm, inside its step)."""
+        (None under an engine that clips, and measures the norm, inside its own step)."""
         optimizers = self._raw_optimizers()
         return self.backend.clip_grad_norm_(parameters, max_norm, norm_type, optimizers=optimizers)
 
@@ -427,14 +428,15 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     # Models and saving ----------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> torch.nn.Module:
-        """Return the user's module from inside DDP/compile (and the autocast forward, if asked)."""
+        """Return the user's module from inside its wrappers and compile (and the autocast forward,
+        if asked)."""
         model = self.backend.unwrap_model(model)
         if not keep_fp32_wrapper:
             self.precision.unwrap_forward(model)
         return model
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """Return `model`'s full state dict, consolidated from shards (FSDP, ZeRO-3)."""
+        """Return `model`'s full state dict, consolidated from shards where the backend shards it."""
         return self.backend.get_state_dict(model)
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:

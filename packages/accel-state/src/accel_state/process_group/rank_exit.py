@@ -30,6 +30,7 @@ def _store() -> Any:
     if not (dist.is_available() and dist.is_initialized()):
         return None
     try:
+        # torch exposes the default group's store only through this private accessor.
         return dist.distributed_c10d._get_default_store()
     except Exception:  # noqa: BLE001 - a group without a store (a custom backend): nothing to mark
         return None

@@ -1,5 +1,5 @@
-"""The Backend seam: one small protocol behind which every way of running (native torch,
-DeepSpeed, XLA, FSDP) plugs in, chosen once per process.
+"""The Backend seam: one small protocol behind which every way of running (plain torch, each
+engine, each device runtime) plugs in, chosen once per process.
 
 A backend is registered as a factory (usually its class) for a `DistributedType`. The factory
 sets the process up (joins the process group, picks the device: `PartialState` calls it once),
@@ -7,26 +7,25 @@ then builds the backend object for an `Accelerator`, which delegates every decis
 take over: wrapping in `prepare`, backward (loss division and scaling), the optimizer step,
 clipping, unwrapping, state dicts and checkpoint files.
 
-Adapters register with `register_backend` or through the `accel.backends` entry-point group
-(name: the DistributedType value, object: the factory), read only when a type nobody registered
-is asked for. The built-in native backend is named below as a string, so this module imports
-none of its implementations.
+Every backend, accel-state's own included, is declared in its distribution's metadata under the
+`accel.backends` entry-point group (name: the DistributedType value, object: the factory); the
+group is read once per process, when a type nobody registered with `register_backend` is first
+asked for. So this module names no backend and imports none: a new one edits only its own package.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import importlib
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from accel_state.backends.native.ddp_comm_hooks import CommHookOptions
 from accel_state.environment.distributed_type import DistributedType
 from accel_state.environment.launch_env import LaunchEnvironment
 from accel_state.seam.communication import Communicator
@@ -34,13 +33,9 @@ from accel_state.seam.precision_protocol import FullPrecision, Precision
 from accel_state.seam.prepared_objects import PreparedObjects
 
 ENTRY_POINT_GROUP = "accel.backends"
-_NATIVE = "accel_state.backends.native.backend:NativeBackend"
-_BUILT_IN: dict[DistributedType, str] = {
-    DistributedType.NO: _NATIVE,
-    DistributedType.MULTI_CPU: _NATIVE,
-    DistributedType.MULTI_GPU: _NATIVE,
-    DistributedType.FSDP: "accel_state.backends.fsdp.backend:FsdpBackend",
-}
+# The distribution this module belongs to: its backends need only torch.
+_OWN_DISTRIBUTION = "accel-state"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,8 +46,8 @@ class ProcessSetup:
     device: torch.device
     process_group_backend: str | None
     communicator: Communicator
-    # This process's place in the job when the backend's runtime assigns it (XLA's replicas, which
-    # may be threads no launcher variable describes); None: as the launcher's variables say.
+    # This process's place in the job when the backend's runtime assigns it (replicas that may be
+    # threads no launcher variable describes); None: as the launcher's variables say.
     launch: LaunchEnvironment | None = None
 
 
@@ -82,18 +77,32 @@ class ExplicitOption:
 class BackendOptions:
     """Everything a backend is built with besides the process facts.
 
-    `ddp_kwargs` go to DistributedDataParallel and `ddp_comm_hook` is registered on each model
-    wrapped in it; `plugin` carries an adapter's own configuration (a DeepSpeed config, an FSDP
-    plugin) untouched by the facade.
+    `plugin` is the user's configuration object of the engine the run asks for, handed over
+    untouched; `engine_options` the options one backend defines for itself (how it wraps models,
+    its communication hooks), one object per type: a backend reads the types it defines with
+    `engine_option` and the seam knows none of them.
     """
 
     precision: Precision = field(default_factory=FullPrecision)
-    ddp_kwargs: dict[str, Any] = field(default_factory=dict)
-    ddp_comm_hook: CommHookOptions = field(default_factory=CommHookOptions)
     plugin: Any = None
+    engine_options: tuple[Any, ...] = ()
     # Options set explicitly ("mixed_precision", "gradient_accumulation_steps"), for an engine whose
     # own config may set them too: it refuses a conflict instead of picking one silently.
     explicit: dict[str, ExplicitOption] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.engine_options = tuple(self.engine_options)
+        kinds = [type(option).__name__ for option in self.engine_options]
+        twice = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+        if twice:
+            raise ValueError(f"BackendOptions.engine_options: one object per type, got {twice[0]} twice")
+
+    def engine_option(self, kind: type[T]) -> T | None:
+        """Return the option object of type `kind` (a backend's own), or None when none was given."""
+        for option in self.engine_options:
+            if isinstance(option, kind):
+                return option
+        return None
 
 
 class ProcessFacts(Protocol):
@@ -122,26 +131,27 @@ class Backend(Protocol):
 
     @property
     def reshards_checkpoints(self) -> bool:
-        """Whether its checkpoints load into a job of another process count (FSDP's sharded
-        files); otherwise load_state refuses one."""
+        """Whether its checkpoints load into a job of another process count (sharded files);
+        otherwise load_state refuses one."""
 
     # Whether every process holds and steps the whole model itself, so that its weights can be
     # averaged across processes (LocalSGD).
     replicates_model: bool
-    # The engine plugin it runs with, or None (`Accelerator.deepspeed_plugin`/`fsdp_plugin`).
-    deepspeed_plugin: Any
-    fsdp_plugin: Any
+    # The plugin it runs with (`BackendOptions.plugin`, or the one it built from the launcher's
+    # variables), or None; the facade returns it under Accelerate's property of its type.
+    plugin: Any
 
     def to_host(self, data: Any) -> Any:
-        """Return `data` with every tensor a file cannot hold where it lives (XLA's lazy tensors)
+        """Return `data` with every tensor a file cannot hold where it lives (a lazy device's)
         copied to the host; `Accelerator.save` and `save_state` write through it."""
 
     def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
         """Return `change` applied to `loader`, inside the wrapper this backend's `prepare` put
-        around it (XLA's device loader) and wrapped again (skip_first_batches)."""
+        around it (a device loader) and wrapped again (skip_first_batches)."""
 
     def prepare(self, objects: PreparedObjects) -> PreparedObjects:
-        """Return the objects wrapped for this backend (DDP, engines, device loaders), same order.
+        """Return the objects wrapped for this backend (data parallel wrappers, engines, device
+        loaders), same order.
 
         Optimizers and schedulers come raw; the facade wraps what is returned in its own
         AcceleratedOptimizer/AcceleratedScheduler, whose steps come back through this backend.
@@ -175,7 +185,7 @@ class Backend(Protocol):
         optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> torch.Tensor | None:
         """Clip gradients to a total norm (unscaling `optimizers` first); return the norm before,
-        or None where an engine clips inside its own step (DeepSpeed), when the norm is not known yet."""
+        or None where an engine clips inside its own step, when the norm is not known yet."""
 
     def clip_grad_value_(
         self,
@@ -210,11 +220,10 @@ class BackendDefaults:
     overrides what its engine does differently, so the facade never asks whether it has them."""
 
     replicates_model: bool = False
-    # Whether `join` lets ranks run different numbers of steps (torch's Join over DDP); where it is
-    # False, join_uneven_inputs warns and does nothing, as Accelerate does outside multi-device DDP.
+    # Whether `join` lets ranks run different numbers of steps (torch's Join over its data parallel
+    # wrapper); where it is False, join_uneven_inputs warns and does nothing, as Accelerate does.
     supports_join: bool = False
-    deepspeed_plugin: Any = None
-    fsdp_plugin: Any = None
+    plugin: Any = None
 
     @property
     def checkpoint_format(self) -> str:
@@ -237,7 +246,7 @@ class BackendDefaults:
 
 class ReplicaLauncher(Protocol):
     """The optional `launch` method of a `BackendFactory` whose runtime starts a job's replicas
-    itself (XLA's `torch_xla.launch`), which no torchrun-style launcher can do for it."""
+    itself (threads of one process), which no torchrun-style launcher can do for it."""
 
     def __call__(
         self,
@@ -255,7 +264,7 @@ class BackendFactory(Protocol):
 
     Optional methods, read through the functions that name them (a factory without one keeps working):
     `launch`, a `ReplicaLauncher` (`replica_launcher`); `manual_seed(seed: int) -> None`, which
-    seeds the generators the backend's device draws from besides torch's (XLA's), for `set_seed`
+    seeds the generators the backend's device draws from besides torch's, for `set_seed`
     (`seed_backend_generators`).
     """
 
@@ -294,46 +303,81 @@ def register_backend(distributed_type: DistributedType | str, factory: BackendFa
     _registry[DistributedType(distributed_type)] = factory
 
 
-def _load_entry_point(distributed_type: DistributedType) -> BackendFactory | None:
+@functools.cache
+def _own_entry_points() -> dict[str, metadata.EntryPoint]:
+    """The factories this package declares, by distributed type name: read from its own metadata
+    alone (a millisecond), so that the common runs never scan every installed distribution."""
+    try:
+        declared = metadata.distribution(_OWN_DISTRIBUTION).entry_points
+    except metadata.PackageNotFoundError:
+        return {}
+    return {entry.name: entry for entry in declared.select(group=ENTRY_POINT_GROUP)}
+
+
+@functools.cache
+def _installed() -> dict[str, metadata.EntryPoint]:
+    """The factories declared by every installed distribution, by distributed type name (read
+    once, when a type this package does not declare is asked for; its own come first)."""
+    found = dict(_own_entry_points())
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.name == distributed_type.value:
-            return entry.load()
-    return None
+        found.setdefault(entry.name, entry)
+    return found
 
 
-def _load_built_in(distributed_type: DistributedType) -> BackendFactory | None:
-    target = _BUILT_IN.get(distributed_type)
-    if target is None:
-        return None
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
+def _entry_point(name: str) -> metadata.EntryPoint | None:
+    return _own_entry_points().get(name) or _installed().get(name)
+
+
+def _distribution(entry: Any) -> str | None:
+    dist = getattr(entry, "dist", None)
+    return None if dist is None else dist.name
 
 
 def backend_factory(distributed_type: DistributedType | str) -> BackendFactory:
-    """Return the factory registered for `distributed_type`, loading its adapter if needed."""
+    """Return the factory registered for `distributed_type`, loading its distribution's if needed."""
     distributed_type = DistributedType(distributed_type)
-    factory = (
-        _registry.get(distributed_type)
-        or _load_built_in(distributed_type)
-        or _load_entry_point(distributed_type)
-    )
     name = distributed_type.value
-    adapter = f"accel-{name.lower()}"
-    where = f"the install line is in packages/{adapter}/README.md of the repository"
+    factory = _registry.get(distributed_type)
     if factory is None:
-        raise BackendNotAvailableError(
-            f"no backend is installed for distributed type {name}; "
-            f"install its adapter package, {adapter} ({where})"
-        )
+        entry = _entry_point(name)
+        if entry is None:
+            raise _not_installed(name)
+        factory = entry.load()
     if not factory.is_available():
-        needs = "torch's" if distributed_type in _BUILT_IN else f"{adapter}'s"
-        hint = "" if distributed_type in _BUILT_IN else f" ({where})"
+        declared_by = _declared_by(name)
+        own = declared_by == _OWN_DISTRIBUTION
+        needs = "torch's" if own else f"{declared_by}'s"
+        hint = "" if own else f" ({_install_line(declared_by)})"
         raise BackendNotAvailableError(
             f"the backend of distributed type {name} ({type(factory).__name__}) cannot run here: a library "
             f"it needs is missing; check {needs} install{hint}"
         )
     _registry[distributed_type] = factory
     return factory
+
+
+def _declared_by(name: str) -> str:
+    """The distribution that declares the backend of type `name`; for one nobody declares, the
+    adapter package it would be (`accel-<type>`)."""
+    return _distribution(_entry_point(name)) or f"accel-{name.lower()}"
+
+
+def _install_line(distribution: str) -> str:
+    return f"the install line is in packages/{distribution}/README.md of the repository"
+
+
+def _not_installed(name: str) -> BackendNotAvailableError:
+    if not any(_distribution(entry) == _OWN_DISTRIBUTION for entry in _installed().values()):
+        # Not even the backends of this package: its metadata predates them (an old editable install).
+        return BackendNotAvailableError(
+            f"no backend is installed for distributed type {name}, and {_OWN_DISTRIBUTION}'s installed "
+            f"metadata declares none (entry-point group {ENTRY_POINT_GROUP}): reinstall {_OWN_DISTRIBUTION}"
+        )
+    adapter = _declared_by(name)
+    return BackendNotAvailableError(
+        f"no backend is installed for distributed type {name}; "
+        f"install its adapter package, {adapter} ({_install_line(adapter)})"
+    )
 
 
 def replica_launcher(distributed_type: DistributedType | str) -> ReplicaLauncher:
@@ -350,7 +394,7 @@ def replica_launcher(distributed_type: DistributedType | str) -> ReplicaLauncher
 
 def seed_backend_generators(distributed_type: DistributedType | str, seed: int) -> None:
     """Seed the generators `distributed_type`'s backend keeps besides torch's, through its
-    factory's `manual_seed` when it has one (XLA's device generator); the others have none."""
+    factory's `manual_seed` when it has one (a device runtime's own generator); the others have none."""
     manual_seed: Callable[[int], None] | None = getattr(
         backend_factory(distributed_type), "manual_seed", None
     )

@@ -2,7 +2,7 @@
 
 A backend hands one `Communicator` to the shared state when it sets the process up; the
 collectives of `accel_state.collectives.operations` (shape checks, padding, nesting) are written once on
-top of it. Native torch uses `torch.distributed`; XLA brings its own.
+top of it. Plain torch uses `torch.distributed`; a device runtime may bring its own.
 """
 
 from __future__ import annotations

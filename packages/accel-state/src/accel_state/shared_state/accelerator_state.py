@@ -75,8 +75,15 @@ class AcceleratorState:
 
     @property
     def initialized(self) -> bool:
-        """Whether the shared state was built in this process (threads, under XLA on CPU)."""
+        """Whether the shared state was built in this process (in this thread, where replicas are threads)."""
         return "_partial" in self._shared_state
+
+    @property
+    def partial_state(self) -> PartialState:
+        """The process facts this state extends (what a backend is built on)."""
+        if "_partial" not in self._shared_state:
+            raise reset_error("AcceleratorState", "partial_state")
+        return self._shared_state["_partial"]
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         # A pickled copy unpickles as this process's shared state, not as a detached snapshot.

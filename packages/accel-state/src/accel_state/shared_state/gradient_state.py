@@ -89,15 +89,25 @@ class GradientState:
         loader = self.active_dataloader
         return -1 if loader is None else getattr(loader, "remainder", -1)
 
-    def _add_dataloader(self, loader: Any) -> None:
+    # What the other layers call: data loaders while they are iterated, the facade at each step.
+    def register_loader(self, loader: Any) -> None:
+        """Make `loader` the active one (innermost) while it is being iterated."""
         self.active_dataloaders.append(loader)
 
-    def _remove_dataloader(self, loader: Any) -> None:
+    def unregister_loader(self, loader: Any) -> None:
+        """Forget `loader` when its iteration ends (a loader not registered is ignored)."""
         if loader in self.active_dataloaders:
             self.active_dataloaders.remove(loader)
 
-    def _set_sync_gradients(self, sync: bool) -> None:
+    def set_sync_gradients(self, sync: bool) -> None:
+        """Say whether this step all-reduces and steps (False on accumulation steps)."""
         self.sync_gradients = sync
 
-    def _note_backward(self) -> None:
+    def note_backward(self) -> None:
+        """Count a backward pass, so that an optimizer can tell whether gradients are pending."""
         self.backward_calls += 1
+
+    # Accelerate's names.
+    _add_dataloader = register_loader
+    _remove_dataloader = unregister_loader
+    _set_sync_gradients = set_sync_gradients

@@ -140,8 +140,14 @@ class PartialState:
 
     @property
     def initialized(self) -> bool:
-        """Whether the shared state was built in this process (threads, under XLA on CPU)."""
+        """Whether the shared state was built in this process (in this thread, where replicas are threads)."""
         return "distributed_type" in self._shared_state
+
+    @classmethod
+    def current(cls) -> PartialState | None:
+        """Return this process's state if it was built, else None, without building one (which
+        would set the process up)."""
+        return cls() if "distributed_type" in cls._shared_state else None
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         # A pickled copy unpickles as this process's shared state, not as a detached snapshot.

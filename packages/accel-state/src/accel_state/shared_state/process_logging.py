@@ -16,12 +16,13 @@ class LoggerStateError(RuntimeError):
 
 
 def _state() -> PartialState:
-    if "distributed_type" not in PartialState._shared_state:
+    state = PartialState.current()
+    if state is None:
         raise LoggerStateError(
             "create the state with `PartialState()` or `Accelerator()` before logging through a logger "
             "from `get_logger`: it needs to know which process is the main one"
         )
-    return PartialState()
+    return state
 
 
 class MultiProcessAdapter(logging.LoggerAdapter):

@@ -15,7 +15,7 @@ from accel_state.shared_state.partial_state import PartialState
 
 
 def set_seed(seed: int, device_specific: bool = False) -> None:
-    """Seed python, numpy, torch (all devices) and the backend's own device generator (XLA's);
+    """Seed python, numpy, torch (all devices) and the backend's own device generator (if any);
     with `device_specific`, add the rank to the seed."""
     if device_specific:
         seed += PartialState().process_index
@@ -33,9 +33,9 @@ def set_seed(seed: int, device_specific: bool = False) -> None:
 def _run_type() -> DistributedType:
     """The distributed type of this process's state, or the one it will be set up with; without
     building the state (seeding before `Accelerator()` must not start a runtime)."""
-    current = PartialState._shared_state.get("distributed_type")
+    current = PartialState.current()
     if current is not None:
-        return DistributedType(current)
+        return DistributedType(current.distributed_type)
     return resolve_distributed_type(cpu=bool(env_vars.read_flag(env_vars.USE_CPU)))
 
 

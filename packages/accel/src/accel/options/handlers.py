@@ -16,7 +16,7 @@ from accel.options.kwargs_handlers import (
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
-from accel_state import BackendOptions, KwargsHandler, Precision
+from accel_state import BackendOptions, DdpOptions, KwargsHandler, Precision
 
 # Accelerate's attribute name on the Accelerator for each handler type.
 HANDLER_ATTRIBUTES: dict[type[KwargsHandler], str] = {
@@ -79,16 +79,16 @@ class KwargsHandlers:
         }
 
     def backend_options(self, precision: Precision, ddp_kwargs: dict[str, Any] | None) -> BackendOptions:
-        """Return the backend's options: `precision`, the DDP arguments and its comm hook."""
+        """Return the backend's options: `precision`, and the DDP arguments and comm hook as the
+        native backend's own option (`DdpOptions`, which other backends ignore)."""
         if self.ddp_handler is None:
-            return BackendOptions(precision=precision, ddp_kwargs=dict(ddp_kwargs or {}))
-        if ddp_kwargs:
+            ddp = DdpOptions(kwargs=dict(ddp_kwargs or {}))
+        elif ddp_kwargs:
             raise ValueError(
                 "DDP arguments are given twice: as Accelerator(ddp_kwargs=...) and as "
                 "DistributedDataParallelKwargs in kwargs_handlers; pass one"
             )
-        return BackendOptions(
-            precision=precision,
-            ddp_kwargs=self.ddp_handler.to_kwargs(),
-            ddp_comm_hook=self.ddp_handler.comm_hook_options(),
-        )
+        else:
+            handler = self.ddp_handler
+            ddp = DdpOptions(kwargs=handler.to_kwargs(), comm_hook=handler.comm_hook_options())
+        return BackendOptions(precision=precision, engine_options=(ddp,))

@@ -78,7 +78,7 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
                 f"the FSDP backend needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}"
             )
         self.state = state
-        self.fsdp_plugin = plugin
+        self.plugin = self.fsdp_plugin = plugin
         self.precision = options.precision
         if self.precision.mode not in ("no", "bf16"):
             raise FsdpConfigError(

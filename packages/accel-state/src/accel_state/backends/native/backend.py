@@ -12,6 +12,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from accel_state.backends.native.ddp_comm_hooks import register_comm_hook
+from accel_state.backends.native.ddp_options import DdpOptions
 from accel_state.backends.precision_steps import PrecisionSteps
 from accel_state.environment.device import choose_device, choose_process_group_backend
 from accel_state.environment.distributed_type import DistributedType
@@ -61,8 +62,9 @@ class NativeBackend(PrecisionSteps, BackendDefaults):
         options = options or BackendOptions()
         self.state = state
         self.precision = options.precision
-        self.ddp_kwargs = dict(options.ddp_kwargs)
-        self.comm_hook = options.ddp_comm_hook
+        ddp = options.engine_option(DdpOptions) or DdpOptions()
+        self.ddp_kwargs = dict(ddp.kwargs)
+        self.comm_hook = ddp.comm_hook
         self.gradient_state = GradientState()
 
     # Preparing ---------------------------------------------------------------------------------

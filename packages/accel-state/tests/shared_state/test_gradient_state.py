@@ -24,15 +24,29 @@ def test_innermost_active_loader_answers():
     state = GradientState()
     outer = SimpleNamespace(end_of_dataloader=False, remainder=3)
     inner = SimpleNamespace(end_of_dataloader=True, remainder=5)
-    state._add_dataloader(outer)
-    state._add_dataloader(inner)
+    state.register_loader(outer)
+    state.register_loader(inner)
     assert state.active_dataloader is inner
     assert (state.end_of_dataloader, state.remainder) == (True, 5)
-    state._remove_dataloader(inner)
+    state.unregister_loader(inner)
     assert (state.end_of_dataloader, state.remainder) == (False, 3)
-    state._remove_dataloader(inner)  # removing twice is harmless
-    state._remove_dataloader(outer)
+    state.unregister_loader(inner)  # removing twice is harmless
+    state.unregister_loader(outer)
     assert not state.in_dataloader
+
+
+def test_accelerates_underscored_names_still_work():
+    state = GradientState()
+    loader = SimpleNamespace(end_of_dataloader=True, remainder=2)
+    state._add_dataloader(loader)
+    assert state.active_dataloader is loader
+    state._remove_dataloader(loader)
+    assert not state.in_dataloader
+    state._set_sync_gradients(False)
+    assert state.sync_gradients is False
+    calls = state.backward_calls
+    state.note_backward()
+    assert state.backward_calls == calls + 1
 
 
 def test_reset_state_restores_defaults():

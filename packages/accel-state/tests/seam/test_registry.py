@@ -1,4 +1,4 @@
-"""The Backend seam: the registry, entry points, and the native backend on one process."""
+"""The Backend seam's registry: registered factories, entry points, and what PartialState asks of them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from accel_state import (
     DistributedType,
     NativeBackend,
     PartialState,
-    PreparedObjects,
     ProcessSetup,
     TorchCommunicator,
     create_backend,
@@ -25,16 +24,9 @@ from accel_state.shared_state.storage import per_thread_state, use_per_thread_st
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """Restore the backend registry and hide installed entry points around the test."""
-    saved = dict(backend_module._registry)
-    entry_points = []
-    monkeypatch.setattr(backend_module, "metadata", SimpleNamespace(entry_points=lambda group: entry_points))
-    try:
-        yield entry_points
-    finally:
-        backend_module._registry.clear()
-        backend_module._registry.update(saved)
+def registry(backend_registry):
+    """The registry restored around the test; installed adapters hidden (see conftest)."""
+    return backend_registry
 
 
 class _FakeFactory:
@@ -104,7 +96,7 @@ def test_entry_point_is_loaded_and_remembered(registry):
         loads.append(1)
         return factory
 
-    registry.append(SimpleNamespace(name="XLA", load=load))
+    registry["XLA"] = SimpleNamespace(name="XLA", load=load, dist=None)
     state = PartialState()
     assert create_backend(DistributedType.XLA, state)[0] == "fake backend"
     create_backend(DistributedType.XLA, state)
@@ -115,7 +107,7 @@ def test_registry_fixture_left_no_extra_entries():
     assert DistributedType.XLA not in backend_module._registry
 
 
-def test_the_native_backend_is_found_without_registration_by_import(registry):
+def test_the_native_backend_is_found_through_accel_states_own_entry_points(registry):
     backend_module._registry.clear()
     assert backend_module.backend_factory(DistributedType.MULTI_CPU) is NativeBackend
 
@@ -144,7 +136,7 @@ def test_a_bad_distributed_type_names_the_variable(monkeypatch):
     monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "TPU")
     with pytest.raises(EnvVarError, match=r"ACCEL_DISTRIBUTED_TYPE.*'TPU'.*MULTI_CPU"):
         PartialState()
-    assert not PartialState._shared_state  # nothing half-built
+    assert PartialState.current() is None  # nothing half-built
 
 
 def test_a_backend_may_ask_for_shared_state_per_thread(registry, monkeypatch):
@@ -172,61 +164,67 @@ def test_a_backend_may_ask_for_shared_state_per_thread(registry, monkeypatch):
         use_per_thread_state(False)
 
 
-class _CompileWrapper(torch.nn.Module):
-    """Looks like torch.compile's OptimizedModule: holds the model as `_orig_mod`."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self._orig_mod = inner
-
-
-def test_unwrap_model_is_identity_for_plain_modules_and_strips_compile_wrappers():
-    backend = NativeBackend(PartialState())
-    model = torch.nn.Linear(2, 2)
-    assert backend.unwrap_model(model) is model
-    assert backend.unwrap_model(_CompileWrapper(_CompileWrapper(model))) is model
-    assert set(backend.get_state_dict(_CompileWrapper(model))) == {"weight", "bias"}
+def test_accel_states_backends_are_declared_as_entry_points_like_an_adapters():
+    installed = backend_module._installed()
+    own = {name for name, entry in installed.items() if entry.dist.name == "accel-state"}
+    assert own == {"NO", "MULTI_CPU", "MULTI_GPU", "FSDP"}
+    assert installed["NO"].load() is NativeBackend
 
 
-def test_load_state_dict_loads_into_the_wrapped_module():
-    backend = NativeBackend(PartialState())
-    model, source = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
-    backend.load_state_dict(_CompileWrapper(model), backend.get_state_dict(source))
-    assert torch.equal(model.weight, source.weight) and torch.equal(model.bias, source.bias)
+def test_the_entry_points_are_read_once_and_accel_states_alone_for_its_own_types(monkeypatch):
+    scans, lookups = [], []
+    real_scan, real_lookup = backend_module.metadata.entry_points, backend_module.metadata.distribution
+
+    def scan(**kwargs):
+        scans.append(kwargs)
+        return real_scan(**kwargs)
+
+    def lookup(name):
+        lookups.append(name)
+        return real_lookup(name)
+
+    saved = dict(backend_module._registry)
+    monkeypatch.setattr(backend_module.metadata, "entry_points", scan)
+    monkeypatch.setattr(backend_module.metadata, "distribution", lookup)
+    backend_module._own_entry_points.cache_clear()
+    backend_module._installed.cache_clear()
+    try:
+        backend_module._registry.clear()
+        backend_module.backend_factory(DistributedType.NO)
+        backend_module.backend_factory(DistributedType.MULTI_CPU)
+        assert (lookups, scans) == (["accel-state"], []), "the common runs read one distribution's metadata"
+        for _ in range(2):
+            with pytest.raises(BackendNotAvailableError):
+                backend_module.backend_factory(DistributedType.MULTI_NPU)
+        assert (lookups, scans) == (["accel-state"], [{"group": "accel.backends"}])
+    finally:
+        backend_module._own_entry_points.cache_clear()
+        backend_module._installed.cache_clear()
+        backend_module._registry.clear()
+        backend_module._registry.update(saved)
 
 
-def test_prepare_places_models_on_the_state_device_without_ddp():
-    state = SimpleNamespace(device=torch.device("meta"), use_distributed=False)
-    backend = NativeBackend(state)
-    model = torch.nn.Linear(2, 2)
-    prepared = backend.prepare(PreparedObjects(models=[model]))
-    assert type(prepared.models[0]) is torch.nn.Linear
-    assert prepared.models[0].weight.device.type == "meta"
-    unplaced = torch.nn.Linear(2, 2)
-    kept = backend.prepare(PreparedObjects(models=[unplaced], device_placement={id(unplaced): False}))
-    assert kept.models[0].weight.device.type == "cpu"
+def test_metadata_without_accel_states_backends_says_to_reinstall_it(registry, monkeypatch):
+    monkeypatch.setattr(backend_module, "_own_entry_points", lambda: {})
+    monkeypatch.setattr(backend_module, "_installed", lambda: {})
+    backend_module._registry.clear()
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"distributed type NO, and accel-state's installed metadata declares none "
+        r"\(entry-point group accel.backends\): reinstall accel-state$",
+    ):
+        backend_module.backend_factory(DistributedType.NO)
 
 
-def test_clip_grad_norm_returns_the_norm_before_clipping():
-    backend = NativeBackend(PartialState())
-    param = torch.nn.Parameter(torch.zeros(2))
-    param.grad = torch.tensor([3.0, 4.0])
-    norm = backend.clip_grad_norm_([param], max_norm=1.0)
-    assert norm.item() == pytest.approx(5.0)
-    assert param.grad.norm().item() == pytest.approx(1.0, rel=1e-4)
-
-
-def test_clip_grad_value_clamps_each_element():
-    backend = NativeBackend(PartialState())
-    param = torch.nn.Parameter(torch.zeros(3))
-    param.grad = torch.tensor([-5.0, 0.5, 5.0])
-    backend.clip_grad_value_([param], 1.0)
-    assert param.grad.tolist() == [-1.0, 0.5, 1.0]
-
-
-def test_backward_and_no_sync_on_a_plain_module():
-    backend = NativeBackend(PartialState())
-    param = torch.nn.Parameter(torch.tensor(2.0))
-    with backend.no_sync(torch.nn.Linear(1, 1)):
-        backend.backward(param * param)
-    assert param.grad.item() == 4.0
+def test_an_adapters_missing_libraries_name_the_distribution_that_declares_it(registry):
+    factory = _FakeFactory()
+    factory.available = False
+    registry["XLA"] = SimpleNamespace(
+        name="XLA", load=lambda: factory, dist=SimpleNamespace(name="accel-xla")
+    )
+    backend_module._registry.pop(DistributedType.XLA, None)
+    with pytest.raises(
+        BackendNotAvailableError,
+        match=r"check accel-xla's install \(the install line is in packages/accel-xla/README.md",
+    ):
+        create_backend(DistributedType.XLA, PartialState())

@@ -112,7 +112,7 @@ def test_every_accel_name_the_packages_use_is_known():
     import re
     from pathlib import Path
 
-    packages = Path(__file__).resolve().parents[2]
+    packages = Path(__file__).resolve().parents[3]
     used = set()
     for source in packages.glob("*/src/**/*.py"):
         used |= set(re.findall(r"[\"'](ACCEL_[A-Z0-9_]+)[\"']", source.read_text(encoding="utf-8")))
@@ -127,7 +127,7 @@ import warnings
 warnings.simplefilter("default")
 from accel_state import PartialState
 PartialState(cpu=True)
-PartialState._shared_state.clear()
+PartialState._reset_state()
 PartialState(cpu=True)
 print("built")
 """

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from accel_state import FsdpConfigError, FullyShardedDataParallelPlugin
+from accel_state.backends.fsdp.backend import FsdpBackend
 from accel_state.backends.fsdp.wrap import modules_to_shard
 from accel_state.environment.distributed_type import DistributedType
-from accel_state.seam.backend import _BUILT_IN
+from accel_state.seam import backend as backend_module
 
 FSDP_VARS = (
     "ACCEL_FSDP_VERSION",
@@ -40,7 +41,7 @@ def test_defaults_are_fsdp2_sharded_checkpoints_and_no_wrap():
     assert plugin.reshard_after_forward is True
     assert plugin.state_dict_type == "SHARDED_STATE_DICT"
     assert plugin.distributed_type is DistributedType.FSDP
-    assert _BUILT_IN[DistributedType.FSDP] == "accel_state.backends.fsdp.backend:FsdpBackend"
+    assert backend_module._installed()["FSDP"].load() is FsdpBackend  # accel-state's own entry point
 
 
 def test_unset_fields_come_from_the_launchers_variables(monkeypatch):

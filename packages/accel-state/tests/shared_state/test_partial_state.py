@@ -180,3 +180,13 @@ def test_split_between_processes_uses_this_process_index():
         assert share == [5, 6]
     with state.split_between_processes(torch.arange(7), apply_padding=True) as share:
         assert share.tolist() == [5, 6, 6]
+
+
+def test_current_answers_without_building_the_state():
+    assert PartialState.current() is None
+    assert not PartialState._shared_state, "asking built nothing"
+    state = PartialState(cpu=True)
+    current = PartialState.current()
+    assert current is not None and current.__dict__ is state.__dict__
+    PartialState._reset_state()
+    assert PartialState.current() is None

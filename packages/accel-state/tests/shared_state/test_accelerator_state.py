@@ -15,7 +15,7 @@ def test_defaults_delegate_process_facts_to_partial_state():
     assert state.device == torch.device("cpu")
     assert state.num_processes == 1
     assert state.is_main_process
-    assert state._partial.__dict__ is PartialState().__dict__
+    assert state.partial_state.__dict__ is PartialState().__dict__
     assert "Mixed precision type: no" in repr(state)
 
 
@@ -65,7 +65,7 @@ def test_reset_state_optionally_resets_partial_state():
     assert PartialState().initialized
     assert AcceleratorState().mixed_precision == "no"
     AcceleratorState._reset_state(reset_partial_state=True)
-    assert not PartialState._shared_state
+    assert PartialState.current() is None
 
 
 def test_unknown_attribute_raises_attribute_error():
@@ -114,3 +114,14 @@ def test_after_a_reset_the_error_has_accelerates_words():
         _ = partial.someotherthing
     state.someotherthing = "MyValue"
     assert state.someotherthing == "MyValue"
+
+
+def test_partial_state_is_the_process_facts_it_extends_and_reset_says_so():
+    from accel_state import StateResetError
+
+    state = AcceleratorState()
+    assert state.partial_state.__dict__ is PartialState().__dict__
+    assert state.partial_state.device == state.device
+    AcceleratorState._reset_state()
+    with pytest.raises(StateResetError, match="`partial_state`"):
+        _ = state.partial_state
