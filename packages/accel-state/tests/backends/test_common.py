@@ -65,7 +65,8 @@ def test_fsdp_refuses_fp16_with_the_shared_message_and_its_own_error_class():
     class Fp16(FullPrecision):
         mode = "fp16"
 
-    with pytest.raises(FsdpConfigError, match="^mixed precision 'fp16' is not supported by the FSDP backend; "):
+    refused = "^mixed precision 'fp16' is not supported by the FSDP backend; use one of 'no', 'bf16'$"
+    with pytest.raises(FsdpConfigError, match=refused):
         FsdpBackend(CPU_STATE, BackendOptions(precision=Fp16()))
 
 
