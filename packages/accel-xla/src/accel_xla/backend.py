@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from accel_state.backends.common import BackendBase, check_precision_supported, unscale_all
+from accel_state.backends.common import BackendBase, check_precision_supported
 from accel_state.backends.precision_steps import PrecisionSteps
 from accel_state.environment.launch_env import LaunchEnvironment
 from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
@@ -166,35 +166,13 @@ class XlaBackend(PrecisionSteps, BackendBase):
         if gradients:
             xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.state.num_processes, pin_layout=False)
 
-    def clip_grad_norm_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        max_norm: float,
-        norm_type: float = 2.0,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> torch.Tensor:
-        """Average the gradients over replicas first (the step then does not again), then clip."""
-        averaged = self._final_gradients(parameters, optimizers)
-        return torch.nn.utils.clip_grad_norm_(averaged, max_norm, norm_type=norm_type)
-
-    def clip_grad_value_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        clip_value: float,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
+    def before_clipping(
+        self, parameters: list[torch.Tensor], optimizers: list[torch.optim.Optimizer]
     ) -> None:
-        torch.nn.utils.clip_grad_value_(self._final_gradients(parameters, optimizers), clip_value)
-
-    def _final_gradients(
-        self, parameters: Iterable[torch.Tensor], optimizers: Iterable[torch.optim.Optimizer]
-    ) -> list[torch.Tensor]:
-        """Unscale and average the gradients of `parameters` now, so that clipping sees the step's own;
+        """Average the unscaled gradients over the replicas now, so that clipping sees the step's own;
         the optimizers' next step then does not average them again."""
-        parameters = list(parameters)
-        optimizers = unscale_all(self, optimizers)
         self._average_gradients(parameters)
         self._reduced.update(id(o) for o in optimizers)
-        return parameters
 
     # Models and checkpoints --------------------------------------------------------------------
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -124,17 +124,22 @@ def unscale_all(
     return optimizers
 
 
+# What a backend does to unscaled gradients before they are clipped (XLA averages them over replicas).
+BeforeClipping = Callable[[list[torch.Tensor], list[torch.optim.Optimizer]], None]
+
+
 def unscale_then_clip_norm(
     backend: _Unscales,
     parameters: Iterable[torch.Tensor],
     max_norm: float,
     norm_type: float,
     optimizers: Iterable[torch.optim.Optimizer],
+    before_clipping: BeforeClipping | None = None,
 ) -> torch.Tensor:
     """Unscale `optimizers`, then clip `parameters`' gradients to a total norm; return the norm
     before clipping, whole (a norm over DTensor shards is gathered: the same on every rank)."""
-    unscale_all(backend, optimizers)
-    norm = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
+    parameters = _unscaled(backend, parameters, optimizers, before_clipping)
+    norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
     full_tensor = getattr(norm, "full_tensor", None)
     return full_tensor() if full_tensor is not None else norm
 
@@ -144,10 +149,24 @@ def unscale_then_clip_value(
     parameters: Iterable[torch.Tensor],
     clip_value: float,
     optimizers: Iterable[torch.optim.Optimizer],
+    before_clipping: BeforeClipping | None = None,
 ) -> None:
     """Unscale `optimizers`, then clamp each gradient element of `parameters` into ±clip_value."""
-    unscale_all(backend, optimizers)
-    torch.nn.utils.clip_grad_value_(list(parameters), clip_value)
+    parameters = _unscaled(backend, parameters, optimizers, before_clipping)
+    torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+
+def _unscaled(
+    backend: _Unscales,
+    parameters: Iterable[torch.Tensor],
+    optimizers: Iterable[torch.optim.Optimizer],
+    before_clipping: BeforeClipping | None,
+) -> list[torch.Tensor]:
+    parameters = list(parameters)
+    unscaled = unscale_all(backend, optimizers)
+    if before_clipping is not None:
+        before_clipping(parameters, unscaled)
+    return parameters
 
 
 def left_to_generic_code(prepared: PreparedObjects, saved: Callable[[Any], bool]) -> PreparedObjects:

@@ -49,7 +49,7 @@ class PrecisionSteps:
         optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> torch.Tensor:
         """Unscale `optimizers`, clip to a total norm; return that norm (global over shards)."""
-        return unscale_then_clip_norm(self, parameters, max_norm, norm_type, optimizers)
+        return unscale_then_clip_norm(self, parameters, max_norm, norm_type, optimizers, self.before_clipping)
 
     def clip_grad_value_(
         self,
@@ -57,7 +57,12 @@ class PrecisionSteps:
         clip_value: float,
         optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> None:
-        unscale_then_clip_value(self, parameters, clip_value, optimizers)
+        unscale_then_clip_value(self, parameters, clip_value, optimizers, self.before_clipping)
+
+    def before_clipping(
+        self, parameters: list[torch.Tensor], optimizers: list[torch.optim.Optimizer]
+    ) -> None:
+        """Nothing: the unscaled gradients are the step's own (XLA's are averaged first)."""
 
     def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
         return self.precision.autocast(enabled, **autocast_kwargs)
