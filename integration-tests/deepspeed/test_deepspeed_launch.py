@@ -403,8 +403,8 @@ def test_fp16_on_deepspeeds_cpu_accelerator_is_one_clear_error(tmp_path):
     result = launch_script(script, 2, launch_args=["--use_deepspeed", "--mixed_precision", "fp16"])
     assert result.returncode != 0
     assert (
-        "mixed precision fp16 is not supported by DeepSpeed's cpu accelerator; use bf16 or no"
-        in result.stderr
+        "mixed precision 'fp16' is not supported by the DeepSpeed (cpu accelerator) backend; "
+        "use one of 'no', 'bf16'" in result.stderr
     )
 
 

@@ -134,21 +134,35 @@ def test_prepare_refuses_what_one_engine_cannot_hold():
         backend.prepare(alone)
 
 
-def test_at_exit_engines_are_destroyed_and_deepspeeds_group_references_dropped(monkeypatch):
+def test_at_exit_the_engine_is_destroyed_once_then_the_backends_teardown_runs(monkeypatch):
+    from accel_state.backends import teardown
+
+    monkeypatch.setattr(teardown, "_held", {})
+    backend, engine = _backend()
+    order: list[str] = []
+    engine.destroy = lambda: order.append("engine.destroy")  # type: ignore[method-assign]
+    monkeypatch.setattr(
+        DeepSpeedBackend, "teardown", classmethod(lambda cls: order.append(f"{cls.__name__}.teardown"))
+    )
+    from accel_deepspeed.teardown import destroy_engine
+
+    # What _initialize registers for the engine it built.
+    teardown.release_at_exit(backend, engine, destroy_engine)
+    teardown.release_at_exit(backend, engine, destroy_engine)  # held once
+    teardown.teardown_backends()
+    teardown.teardown_backends()  # once: the registry is empty now
+    assert order == ["engine.destroy", "DeepSpeedBackend.teardown"]
+
+
+def test_the_teardown_drops_deepspeeds_group_references(monkeypatch):
     import sys
     import types
-
-    from accel_deepspeed import teardown
 
     fake_groups = types.ModuleType("deepspeed.utils.groups")
     fake_groups._WORLD_GROUP = object()
     fake_groups._EXPERT_PARALLEL_GROUP = {"ep": object()}
     fake_groups.mesh_device = object()
     monkeypatch.setitem(sys.modules, "deepspeed.utils.groups", fake_groups)
-    engine = FakeEngine()
-    engine.destroy = lambda: engine.calls.append(("destroy",))  # type: ignore[method-assign]
-    teardown.release_at_exit(engine)
-    teardown._release()
-    assert ("destroy",) in engine.calls
+    DeepSpeedBackend.teardown()
     assert fake_groups._WORLD_GROUP is None and fake_groups._EXPERT_PARALLEL_GROUP == {}
     assert fake_groups.mesh_device is None

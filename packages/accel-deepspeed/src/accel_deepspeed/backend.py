@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib.util
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -28,16 +27,12 @@ from accel_deepspeed.optimizer_sections import check_optimizer, check_scheduler
 from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
 from accel_deepspeed.plugin import DeepSpeedPlugin
 from accel_deepspeed.process_setup import setup_deepspeed_process
-from accel_deepspeed.teardown import release_at_exit
-from accel_state.backends.native.backend import unwrap
+from accel_deepspeed.teardown import destroy_engine, drop_deepspeed_groups
+from accel_state.backends.common import BackendBase, check_precision_supported, left_to_generic_code, unwrap
+from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import (
-    BackendDefaults,
-    BackendOptions,
-    ProcessFacts,
-    ProcessGroupOptions,
-    ProcessSetup,
-)
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.seam.precision_protocol import Precision
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
 
@@ -45,9 +40,10 @@ from accel_state.shared_state.gradient_state import GradientState
 ENGINE_CHECKPOINT = "deepspeed"
 
 
-class DeepSpeedBackend(BackendDefaults):
+class DeepSpeedBackend(BackendBase):
     """One DeepSpeed engine per Accelerator: one model, its optimizer and (optionally) scheduler."""
 
+    name = "DeepSpeed"
     per_thread_state = False
     checkpoint_format = "deepspeed"  # save_state holds the engine's own files, which only it reads
 
@@ -84,7 +80,7 @@ class DeepSpeedBackend(BackendDefaults):
             gradient_accumulation_steps=self.resolved.gradient_accumulation_steps
         )
         _check_precision_supported(self.resolved.mixed_precision)
-        self.precision = EnginePrecision(self.resolved.mixed_precision)
+        self.precision: Precision = EnginePrecision(self.resolved.mixed_precision)
         self.engine: Any = None
         self._loader_batch_size: int | None = None
         self._clip_from_config = self.resolved.clipping_asked
@@ -149,7 +145,7 @@ class DeepSpeedBackend(BackendDefaults):
         if scheduler is not None and engine_scheduler is None:
             raise DeepSpeedConfigError("DeepSpeed built no scheduler from the DummyScheduler")
         self.engine = engine
-        release_at_exit(engine)
+        release_at_exit(self, engine, destroy_engine)
         return engine, engine_optimizer, engine_scheduler
 
     def _engine(self, action: str) -> Any:
@@ -180,19 +176,8 @@ class DeepSpeedBackend(BackendDefaults):
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         return None  # the engine unscales inside its step
 
-    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
-        # Whether a backward reduces is the engine's accumulation boundary, set in backward().
-        return contextlib.nullcontext()
-
-    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
-        warnings.warn(
-            "join_uneven_inputs has no effect under DeepSpeed: keep even_batches=True (the default)",
-            stacklevel=3,
-        )
-        return contextlib.nullcontext()
+    # no_sync and trigger_sync_in_backward do nothing (BackendBase): whether a backward reduces is
+    # the engine's accumulation boundary, set in backward().
 
     def clip_grad_norm_(
         self,
@@ -235,7 +220,7 @@ class DeepSpeedBackend(BackendDefaults):
 
     # Models and checkpoints --------------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        from deepspeed import DeepSpeedEngine
+        from deepspeed import DeepSpeedEngine  # not a class attribute `wrappers`: imported when used
 
         return unwrap(model, DeepSpeedEngine)
 
@@ -274,15 +259,16 @@ class DeepSpeedBackend(BackendDefaults):
         return self._left_to_generic_code(prepared)
 
     def _left_to_generic_code(self, prepared: PreparedObjects) -> PreparedObjects:
+        """All but the engine, its optimizer and the scheduler it built, which its files hold."""
         engine_owned = {id(self.engine), id(self.engine.optimizer)}
-        left = PreparedObjects(
-            models=[m for m in prepared.models if id(m) not in engine_owned],
-            optimizers=[o for o in prepared.optimizers if id(getattr(o, "optimizer", o)) not in engine_owned],
-            schedulers=[s for s in prepared.schedulers if not isinstance(_inner(s), EngineScheduler)],
-            data_loaders=list(prepared.data_loaders),
+        return left_to_generic_code(
+            prepared, lambda obj: id(obj) in engine_owned or isinstance(obj, EngineScheduler)
         )
-        left.device_placement = dict(prepared.device_placement)
-        return left
+
+    @classmethod
+    def teardown(cls) -> None:
+        """Drop the process groups DeepSpeed keeps outside its engines (after they were destroyed)."""
+        drop_deepspeed_groups()
 
 
 def _check_precision_supported(mode: str) -> None:
@@ -293,16 +279,13 @@ def _check_precision_supported(mode: str) -> None:
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
-    supported = accelerator.is_fp16_supported() if mode == "fp16" else accelerator.is_bf16_supported()
-    if not supported:
-        raise DeepSpeedConfigError(
-            f"mixed precision {mode} is not supported by DeepSpeed's {accelerator.device_name()} "
-            "accelerator; use bf16 or no"
-        )
-
-
-def _inner(scheduler: Any) -> Any:
-    return getattr(scheduler, "scheduler", scheduler)
+    supported = ["no"] + [
+        name
+        for name, runs in (("bf16", accelerator.is_bf16_supported), ("fp16", accelerator.is_fp16_supported))
+        if runs()
+    ]
+    where = f"DeepSpeed ({accelerator.device_name()} accelerator)"
+    check_precision_supported(where, mode, supported, error=DeepSpeedConfigError)
 
 
 def _per_process_batch_size(loader: Any, state: ProcessFacts) -> int | None:

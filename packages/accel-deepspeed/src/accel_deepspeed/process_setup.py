@@ -12,7 +12,7 @@ import os
 import sys
 
 from accel_deepspeed.deepspeed_warnings import ignore_deepspeed_deprecations, use_current_collectives
-from accel_state.backends.native.backend import join_job
+from accel_state.backends.common import join_job
 from accel_state.environment import env_vars
 from accel_state.environment.distributed_type import DistributedType
 from accel_state.environment.launch_env import LaunchEnvironment

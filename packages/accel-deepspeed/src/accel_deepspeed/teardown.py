@@ -1,13 +1,13 @@
-"""Lets DeepSpeed's engines and groups go before the process group is torn down at exit.
+"""How DeepSpeed's engines and groups let the process group go at exit (see
+accel_state.backends.teardown, which runs these just before the group is torn down).
 
-accel tears the process group down at exit (accel_state.process_group.group), after a garbage
-collection, because gloo groups still alive when the interpreter finalizes can abort the process
-after all of its work. DeepSpeed keeps groups where that collection cannot reach them: in its
-module globals (the clone of the world group every ZeRO optimizer reduces over) and in engines a
-script still references. Run just before that teardown (`before_teardown`), this destroys every
-engine (hooks, buffers) and drops DeepSpeed's references to groups, so that the collection that
-follows frees them. Among those: default arguments (`group=GroupMember.WORLD` of its torch comm
-backend's barriers) bound when deepspeed.comm.torch is imported, after the group exists.
+accel tears the process group down at exit, after a garbage collection, because gloo groups still
+alive when the interpreter finalizes can abort the process after all of its work. DeepSpeed keeps
+groups where that collection cannot reach them: in its module globals (the clone of the world
+group every ZeRO optimizer reduces over) and in engines a script still references. So each engine
+is destroyed (hooks, buffers), then DeepSpeed's references to groups are dropped, so that the
+collection that follows frees them. Among those: default arguments (`group=GroupMember.WORLD` of
+its torch comm backend's barriers) bound when deepspeed.comm.torch is imported, after the group exists.
 """
 
 from __future__ import annotations
@@ -15,31 +15,19 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
-import weakref
 from typing import Any
 
 import torch
 from torch.distributed import ProcessGroup
 
-from accel_state.process_group.group import before_teardown
 
-_engines: weakref.WeakSet[Any] = weakref.WeakSet()
-_registered = False
-
-
-def release_at_exit(engine: Any) -> None:
-    """Destroy `engine` (if still alive) at exit, before the process group goes."""
-    global _registered
-    _engines.add(engine)
-    if not _registered:
-        before_teardown(_release)
-        _registered = True
+def destroy_engine(engine: Any) -> None:
+    """Destroy `engine` (its hooks and buffers), which may hold process groups."""
+    engine.destroy()
 
 
-def _release() -> None:
-    for engine in list(_engines):
-        with contextlib.suppress(Exception):  # one engine's failure must not keep the groups alive
-            engine.destroy()
+def drop_deepspeed_groups() -> None:
+    """Drop the references to process groups DeepSpeed keeps in its modules and objects."""
     groups = sys.modules.get("deepspeed.utils.groups")
     if groups is not None:
         for name, value in list(vars(groups).items()):

@@ -10,7 +10,6 @@ thread. Nothing imports torch_xla before an XLA run is set up.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import importlib.util
 from collections.abc import Callable, Iterable
@@ -19,16 +18,10 @@ from typing import Any
 
 import torch
 
-from accel_state.backends.native.backend import unwrap
+from accel_state.backends.common import BackendBase, check_precision_supported
 from accel_state.backends.precision_steps import PrecisionSteps
 from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import (
-    BackendDefaults,
-    BackendOptions,
-    ProcessFacts,
-    ProcessGroupOptions,
-    ProcessSetup,
-)
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
 from accel_xla.first_replica import copy_from_first_replica, model_tensors
@@ -42,8 +35,11 @@ class XlaConfigError(ValueError):
     """An option this XLA run cannot honour."""
 
 
-class XlaBackend(PrecisionSteps, BackendDefaults):
-    """One XLA device per replica; gradients averaged across replicas in the optimizer step."""
+class XlaBackend(PrecisionSteps, BackendBase):
+    """One XLA device per replica; gradients averaged across replicas in the optimizer step, never
+    in backward (no_sync has nothing to skip: accumulating is free)."""
+
+    name = "XLA"
 
     per_thread_state = True  # on a CPU host (and TPU v2/v3) the replicas are threads of one process
     replicates_model = True  # every replica holds and steps the whole model
@@ -91,11 +87,8 @@ class XlaBackend(PrecisionSteps, BackendDefaults):
 
     def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
         options = options or BackendOptions()
-        if options.precision.mode == "fp16":
-            raise XlaConfigError(
-                "mixed_precision='fp16' is not supported on XLA (no loss scaling there); use 'bf16', "
-                "which keeps fp32's range"
-            )
+        # No loss scaling on XLA; bf16 keeps fp32's range.
+        check_precision_supported(self.name, options.precision.mode, ("no", "bf16"), error=XlaConfigError)
         if options.plugin is not None:
             raise XlaConfigError(f"the XLA backend takes no plugin, got {type(options.plugin).__name__}")
         self.state = state
@@ -173,61 +166,18 @@ class XlaBackend(PrecisionSteps, BackendDefaults):
         if gradients:
             xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.state.num_processes, pin_layout=False)
 
-    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
-        # Gradients are averaged in the optimizer step, never in backward: accumulating is free.
-        return contextlib.nullcontext()
-
-    def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
-        return contextlib.nullcontext()
-
-    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
-        raise XlaConfigError(
-            "join_uneven_inputs is not supported on XLA: every replica must run the same steps "
-            "(keep even_batches=True, the default)"
-        )
-
-    def clip_grad_norm_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        max_norm: float,
-        norm_type: float = 2.0,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> torch.Tensor:
-        """Average the gradients over replicas first (the step then does not again), then clip."""
-        averaged = self._final_gradients(parameters, optimizers)
-        return torch.nn.utils.clip_grad_norm_(averaged, max_norm, norm_type=norm_type)
-
-    def clip_grad_value_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        clip_value: float,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
+    def before_clipping(
+        self, parameters: list[torch.Tensor], optimizers: list[torch.optim.Optimizer]
     ) -> None:
-        torch.nn.utils.clip_grad_value_(self._final_gradients(parameters, optimizers), clip_value)
-
-    def _final_gradients(
-        self, parameters: Iterable[torch.Tensor], optimizers: Iterable[torch.optim.Optimizer]
-    ) -> list[torch.Tensor]:
-        """Unscale and average the gradients of `parameters` now, so that clipping sees the step's own;
+        """Average the unscaled gradients over the replicas now, so that clipping sees the step's own;
         the optimizers' next step then does not average them again."""
-        parameters = list(parameters)
-        optimizers = list(optimizers)
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
         self._average_gradients(parameters)
         self._reduced.update(id(o) for o in optimizers)
-        return parameters
 
     # Models and checkpoints --------------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return unwrap(model)
-
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The model's state dict on the host (after running what is pending), shared weights shared."""
-        return dict(to_host(self.unwrap_model(model).state_dict()))
-
-    def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-        self.unwrap_model(model).load_state_dict(state_dict)
+        return dict(to_host(super().get_state_dict(model)))
 
     def to_host(self, data: Any) -> Any:
         """`data` with its XLA tensors copied to the host (for `save` and `save_state`)."""

@@ -13,12 +13,13 @@ from typing import Any
 
 import torch
 
+from accel_state.backends.common import unscale_then_clip_norm, unscale_then_clip_value
 from accel_state.seam.precision_protocol import Precision
 from accel_state.shared_state.gradient_state import GradientState
 
 
 class PrecisionSteps:
-    """Backward, optimizer step, unscaling, value clipping and autocast through `self.precision`
+    """Backward, optimizer step, unscaling, clipping and autocast through `self.precision`
     (mixed into a backend)."""
 
     gradient_state: GradientState
@@ -40,15 +41,28 @@ class PrecisionSteps:
         if self.gradient_state.sync_gradients:
             self.precision.unscale_gradients(optimizer)
 
+    def clip_grad_norm_(
+        self,
+        parameters: Iterable[torch.Tensor],
+        max_norm: float,
+        norm_type: float = 2.0,
+        optimizers: Iterable[torch.optim.Optimizer] = (),
+    ) -> torch.Tensor:
+        """Unscale `optimizers`, clip to a total norm; return that norm (global over shards)."""
+        return unscale_then_clip_norm(self, parameters, max_norm, norm_type, optimizers, self.before_clipping)
+
     def clip_grad_value_(
         self,
         parameters: Iterable[torch.Tensor],
         clip_value: float,
         optimizers: Iterable[torch.optim.Optimizer] = (),
     ) -> None:
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        unscale_then_clip_value(self, parameters, clip_value, optimizers, self.before_clipping)
+
+    def before_clipping(
+        self, parameters: list[torch.Tensor], optimizers: list[torch.optim.Optimizer]
+    ) -> None:
+        """Nothing: the unscaled gradients are the step's own (XLA's are averaged first)."""
 
     def autocast(self, enabled: bool = True, **autocast_kwargs: Any) -> contextlib.AbstractContextManager:
         return self.precision.autocast(enabled, **autocast_kwargs)

@@ -214,6 +214,11 @@ class Backend(Protocol):
     def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
         """Load what `save_checkpoint` wrote; return the objects left to the generic code."""
 
+    @classmethod
+    def teardown(cls) -> None:
+        """Release, once at exit and before the process group goes, what this kind of backend keeps
+        of the group outside its objects (accel_state.backends.teardown runs it)."""
+
 
 class BackendDefaults:
     """The parts of `Backend` most backends leave as they are; a backend inherits this and
@@ -242,6 +247,10 @@ class BackendDefaults:
     def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
         """Return `change(loader)`: this backend's `prepare` wraps no loader."""
         return change(loader)
+
+    @classmethod
+    def teardown(cls) -> None:
+        """Nothing: the objects it handed to `release_at_exit` are all it holds of the group."""
 
 
 class ReplicaLauncher(Protocol):

@@ -18,6 +18,7 @@ class Precision(Protocol):
 
     mode: str
     scaler: torch.amp.GradScaler | None
+    autocast_dtype: torch.dtype | None  # what the model computes in; None: its own dtype (fp32)
 
     def wrap_forward(self, model: torch.nn.Module) -> torch.nn.Module:
         """Make `model` compute in this precision (idempotent)."""
@@ -44,6 +45,7 @@ class FullPrecision:
     """fp32: no autocast, no loss scaling; the step is the optimizer's own."""
 
     mode = "no"
+    autocast_dtype: torch.dtype | None = None
 
     def __init__(self) -> None:
         self.scaler: torch.amp.GradScaler | None = None

@@ -12,42 +12,43 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 
+from accel_state.backends.common import (
+    BackendBase,
+    check_precision_supported,
+    join_job,
+    left_to_generic_code,
+    unwrap,
+)
 from accel_state.backends.fsdp import checkpoint as fsdp_checkpoint
 from accel_state.backends.fsdp import fsdp1_options
+from accel_state.backends.fsdp.exit_release import release_mesh_groups, release_parameter_groups
 from accel_state.backends.fsdp.plugin import (
     SHARDED_STATE_DICT,
     FsdpConfigError,
     FullyShardedDataParallelPlugin,
 )
 from accel_state.backends.fsdp.wrap import apply_activation_checkpointing, modules_to_shard
-from accel_state.backends.native.backend import join_job, unwrap
 from accel_state.backends.precision_steps import PrecisionSteps
+from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.distributed_type import DistributedType
 from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.process_group.exit_release import release_fsdp_at_exit, release_mesh_at_exit
-from accel_state.seam.backend import (
-    BackendDefaults,
-    BackendOptions,
-    ProcessFacts,
-    ProcessGroupOptions,
-    ProcessSetup,
-)
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.seam.communication import TorchCommunicator
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
 
 
-class FsdpBackend(PrecisionSteps, BackendDefaults):
+class FsdpBackend(PrecisionSteps, BackendBase):
     """Every model fully sharded across all processes (FSDP2, DTensor parameters)."""
 
+    name = "FSDP"  # fully_shard shards the user's module in place: no wrapper to unwrap
     per_thread_state = False
     replicates_model = False  # each process holds a shard: LocalSGD has nothing to average
 
@@ -80,10 +81,8 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
         self.state = state
         self.plugin = self.fsdp_plugin = plugin
         self.precision = options.precision
-        if self.precision.mode not in ("no", "bf16"):
-            raise FsdpConfigError(
-                f"mixed precision {self.precision.mode} is not supported under FSDP here; use bf16 or no"
-            )
+        # fp16 would need a sharded gradient scaler, which FSDP2 lacks.
+        check_precision_supported(self.name, self.precision.mode, ("no", "bf16"), error=FsdpConfigError)
         if plugin.cpu_offload and state.device.type == "cpu":
             raise FsdpConfigError(
                 "cpu_offload (--fsdp_offload_params): FSDP's CPUOffloadPolicy needs a GPU run; on the CPU "
@@ -130,7 +129,7 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
             shape = self._mesh_shape()
             names = ("dp_replicate", "dp_shard") if len(shape) == 2 else None
             self._mesh = init_device_mesh(self.state.device.type, shape, mesh_dim_names=names)
-            release_mesh_at_exit(self._mesh)
+            release_at_exit(self, self._mesh, release_mesh_groups)
         return self._mesh
 
     def _mesh_shape(self) -> tuple[int, ...]:
@@ -157,10 +156,10 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
             kwargs["ignored_params"] = ignored
         if plugin.mixed_precision_policy is not None:
             kwargs["mp_policy"] = plugin.mixed_precision_policy
-        elif self.precision.mode == "bf16":
+        elif self.precision.autocast_dtype is not None:
             # The model's output comes back in fp32, as the native backend's bf16 forward returns it.
             kwargs["mp_policy"] = MixedPrecisionPolicy(
-                param_dtype=torch.bfloat16,
+                param_dtype=self.precision.autocast_dtype,
                 reduce_dtype=torch.float32,
                 output_dtype=torch.float32 if root else None,
             )
@@ -173,7 +172,7 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
 
         inner = unwrap(model)
         if isinstance(inner, FSDPModule):
-            release_fsdp_at_exit(inner)
+            release_at_exit(self, inner, release_parameter_groups)
             return model
         if not any(p.requires_grad for p in inner.parameters()):
             return model
@@ -198,7 +197,7 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
             if not isinstance(module, FSDPModule):
                 fully_shard(module, **self._policies(root=False, ignored=ignored))
         fully_shard(inner, **self._policies(root=True, ignored=ignored))
-        release_fsdp_at_exit(inner)
+        release_at_exit(self, inner, release_parameter_groups)
         if on_meta:
             inner.to_empty(device="cpu" if plugin.cpu_offload else self.state.device)
         self._load_from_main(inner, full)
@@ -254,32 +253,7 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
     def trigger_sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
         return _gradient_sync(model, True)
 
-    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager:
-        warnings.warn(
-            "join_uneven_inputs does nothing under FSDP (as in Accelerate): give every rank the same "
-            "number of batches (even_batches=True)",
-            stacklevel=3,
-        )
-        return contextlib.nullcontext()
-
-    def clip_grad_norm_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        max_norm: float,
-        norm_type: float = 2.0,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> torch.Tensor:
-        """Clip the sharded gradients to a global norm; return that norm (the same on every rank)."""
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm, norm_type=norm_type)
-        full_tensor = getattr(norm, "full_tensor", None)
-        return full_tensor() if full_tensor is not None else norm
-
     # Models and checkpoints --------------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return unwrap(model)  # fully_shard shards the user's module in place
-
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The full state dict, gathered on the main process's CPU (empty elsewhere; collective),
         or where the plugin's state_dict_config says (offload_to_cpu, rank0_only)."""
@@ -298,12 +272,21 @@ class FsdpBackend(PrecisionSteps, BackendDefaults):
         """Write the optimizers (and, sharded, the models) with torch.distributed.checkpoint."""
         sharded = self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT
         fsdp_checkpoint.save(self, prepared, folder, sharded=sharded)
-        return fsdp_checkpoint.left_to_generic_code(prepared, sharded=sharded)
+        return self._left_to_generic_code(prepared, sharded)
 
     def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
         sharded = self.fsdp_plugin.state_dict_type == SHARDED_STATE_DICT
         fsdp_checkpoint.load(self, prepared, folder, sharded=sharded)
-        return fsdp_checkpoint.left_to_generic_code(prepared, sharded=sharded)
+        return self._left_to_generic_code(prepared, sharded)
+
+    def _left_to_generic_code(self, prepared: PreparedObjects, sharded: bool) -> PreparedObjects:
+        """All but the optimizers (and, sharded, the FSDP models), which FSDP's files hold."""
+        from torch.distributed.fsdp import FSDPModule
+
+        saved = {id(o) for o in prepared.optimizers}
+        if sharded:
+            saved |= {id(m) for m in prepared.models if isinstance(unwrap(m), FSDPModule)}
+        return left_to_generic_code(prepared, lambda obj: id(obj) in saved)
 
 
 _SYNC_FLAG = "_accel_requires_gradient_sync"  # what the innermost sync context asked, for nesting

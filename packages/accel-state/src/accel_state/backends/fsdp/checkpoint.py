@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import torch
 
+from accel_state.backends.common import unwrap
 from accel_state.backends.fsdp.plugin import FsdpConfigError
-from accel_state.backends.native.backend import unwrap
 from accel_state.seam.prepared_objects import PreparedObjects
 
 
@@ -133,16 +133,3 @@ def load(backend: Any, prepared: PreparedObjects, folder: Path, *, sharded: bool
             continue
         full = torch.load(folder / optimizer_file(i), map_location="cpu", weights_only=True)
         set_optimizer_state_dict(model, _raw(optimizer), full, options=_options(full_state_dict=True))
-
-
-def left_to_generic_code(prepared: PreparedObjects, *, sharded: bool) -> PreparedObjects:
-    """Return the objects the generic checkpoint code saves: not the optimizers, nor (sharded) the models."""
-    handled = {id(m) for m in _sharded_models(prepared)} if sharded else set()
-    left = PreparedObjects(
-        models=[m for m in prepared.models if id(m) not in handled],
-        optimizers=[],
-        schedulers=list(prepared.schedulers),
-        data_loaders=list(prepared.data_loaders),
-    )
-    left.device_placement = dict(prepared.device_placement)
-    return left

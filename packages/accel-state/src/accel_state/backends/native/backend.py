@@ -4,36 +4,30 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import Any, cast
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from accel_state.backends.common import BackendBase, join_job
 from accel_state.backends.native.ddp_comm_hooks import register_comm_hook
 from accel_state.backends.native.ddp_options import DdpOptions
 from accel_state.backends.precision_steps import PrecisionSteps
-from accel_state.environment.device import choose_device, choose_process_group_backend
+from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.distributed_type import DistributedType
-from accel_state.environment.launch_env import LaunchEnvironment, export_for_torch
-from accel_state.process_group.exit_release import release_ddp_at_exit
-from accel_state.process_group.group import init_process_group, init_single_process_group
-from accel_state.seam.backend import (
-    BackendDefaults,
-    BackendOptions,
-    ProcessFacts,
-    ProcessGroupOptions,
-    ProcessSetup,
-)
+from accel_state.environment.launch_env import LaunchEnvironment
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.seam.communication import TorchCommunicator
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
 
 
-class NativeBackend(PrecisionSteps, BackendDefaults):
+class NativeBackend(PrecisionSteps, BackendBase):
     """CPU, one GPU, or DDP over gloo/nccl across processes and machines."""
 
+    name = "native"
+    wrappers = (DistributedDataParallel,)
     per_thread_state = False
     replicates_model = True  # every process holds and steps the whole model (LocalSGD can average it)
     supports_join = True  # torch's Join shadows DDP's collectives on ranks that ran out of batches
@@ -79,7 +73,7 @@ class NativeBackend(PrecisionSteps, BackendDefaults):
         if device_placement:
             model = model.to(self.state.device)
         if isinstance(model, DistributedDataParallel):
-            release_ddp_at_exit(model)
+            release_at_exit(self, model, _release_ddp)
         if not self.state.use_distributed or isinstance(model, DistributedDataParallel):
             return model
         if not any(p.requires_grad for p in model.parameters()):
@@ -87,7 +81,7 @@ class NativeBackend(PrecisionSteps, BackendDefaults):
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **self.ddp_kwargs)
         register_comm_hook(wrapped, self.comm_hook)
-        release_ddp_at_exit(wrapped)
+        release_at_exit(self, wrapped, _release_ddp)
         return wrapped
 
     # The step ----------------------------------------------------------------------------------
@@ -108,70 +102,15 @@ class NativeBackend(PrecisionSteps, BackendDefaults):
 
         return Join(joinables)
 
-    def clip_grad_norm_(
-        self,
-        parameters: Iterable[torch.Tensor],
-        max_norm: float,
-        norm_type: float = 2.0,
-        optimizers: Iterable[torch.optim.Optimizer] = (),
-    ) -> torch.Tensor:
-        for optimizer in optimizers:
-            self.unscale_gradients(optimizer)
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
-    # Models and checkpoints --------------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return unwrap(model, DistributedDataParallel)
-
-    def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        return self.unwrap_model(model).state_dict()
-
-    def load_state_dict(self, model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
-        self.unwrap_model(model).load_state_dict(state_dict)
-
-    def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
-        return prepared  # every object is plain torch: the generic files hold it all
-
-    def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
-        return prepared
+# What a DDP model holds that keeps its process group (and gloo's threads) alive.
+_DDP_GROUP_HOLDERS = ("reducer", "logger", "process_group")
 
 
-def join_job(
-    launch: LaunchEnvironment,
-    *,
-    cpu: bool,
-    timeout: datetime.timedelta,
-    process_group: ProcessGroupOptions | None = None,
-    group_of_one: bool = False,
-) -> tuple[torch.device, str | None]:
-    """Pick this rank's device and join the job's process group; return both (backend None: no group).
-
-    A lone process joins no group, unless `group_of_one` (an engine that needs a group to exist).
-    """
-    process_group = process_group or ProcessGroupOptions()
-    device = choose_device(cpu, launch.local_rank)
-    if not (launch.is_distributed or group_of_one):
-        return device, None
-    group_backend = choose_process_group_backend(device, process_group.backend)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if launch.is_distributed:
-        init_process_group(launch, group_backend, timeout, process_group.init_method)
-    else:
-        export_for_torch(launch)  # engines read RANK/LOCAL_RANK/WORLD_SIZE even for one process
-        init_single_process_group(group_backend, timeout)
-    return device, group_backend
-
-
-def unwrap(model: torch.nn.Module, *wrappers: type) -> torch.nn.Module:
-    """Return the module inside `wrappers` (each holding it as `.module`) and torch.compile's."""
-    while True:
-        if isinstance(model, wrappers):
-            model = cast(torch.nn.Module, model.module)
-        elif isinstance(inner := getattr(model, "_orig_mod", None), torch.nn.Module):
-            model = inner
-        else:
-            return model
+def _release_ddp(model: DistributedDataParallel) -> None:
+    """Drop `model`'s references to its process group (at exit, before the group goes)."""
+    for name in _DDP_GROUP_HOLDERS:
+        model.__dict__.pop(name, None)
 
 
 @contextlib.contextmanager
