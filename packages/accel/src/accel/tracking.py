@@ -30,8 +30,8 @@ from accel.tracker_base import (
     TrackerNotInstalledError,
     on_main_process,
 )
+from accel_launch.run_logs import JSONL_FILE_NAME
 
-JSONL_FILE_NAME = "metrics.jsonl"
 JSONL_CONFIG_FILE_NAME = "config.json"
 
 
