@@ -176,7 +176,8 @@ def test_a_registered_hook_brings_its_flags_and_its_env_var_reaches_the_worker(t
     script = tmp_path / "job.py"
     script.write_text(
         "import os, pathlib\n"
-        "pathlib.Path('seen.txt').write_text(os.environ['ACCEL_DISTRIBUTED_TYPE'] + ' ' + os.environ['TOY_LEVEL'])\n"
+        "seen = os.environ['ACCEL_DISTRIBUTED_TYPE'] + ' ' + os.environ['TOY_LEVEL']\n"
+        "pathlib.Path('seen.txt').write_text(seen)\n"
     )
     result = _accel(["launch", "--use_toy", "--toy_level", "3", "--cpu", str(script)], toy_backend, tmp_path)
     assert result.returncode == 0, result.stderr

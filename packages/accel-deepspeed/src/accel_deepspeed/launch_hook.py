@@ -19,7 +19,6 @@ from typing import Any
 from accel_state.backends.adapter_stand_ins import DEEPSPEED, DEEPSPEED_INSTALL_HINT
 from accel_state.environment import env_vars
 from accel_state.environment.choices import DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
-from accel_state.environment.json_object import json_object_problem
 from accel_state.seam.launch_hook import (
     ConfigKey,
     JobConfig,
@@ -203,6 +202,8 @@ def check_deepspeed_job(config: JobConfig) -> None:
 
 def json_config_problem(config_file: str) -> str | None:
     """Return what makes `config_file` unusable as a DeepSpeed JSON config, or None when it is usable."""
+    from accel_state.environment.json_object import json_object_problem  # json only when a job starts
+
     return json_object_problem(config_file)
 
 
