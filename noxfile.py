@@ -172,6 +172,8 @@ def deepspeed(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         str(PACKAGES_DIR / DEEPSPEED_PACKAGE / "tests"),
+        # The launcher's DeepSpeed flags come from the adapter's launch hook: tested where it is installed.
+        str(PACKAGES_DIR / "accel-launch" / "tests" / "test_launch_deepspeed.py"),
         str(ROOT / "integration-tests" / "deepspeed"),
         str(EXAMPLE_TESTS / "test_deepspeed_zero3.py"),
         *session.posargs,
@@ -197,6 +199,8 @@ def xla(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         str(PACKAGES_DIR / XLA_PACKAGE / "tests"),
+        # The launcher's XLA flag and replica start come from the adapter's launch hook.
+        str(PACKAGES_DIR / "accel-launch" / "tests" / "test_launch_xla.py"),
         str(EXAMPLE_TESTS / "test_xla.py"),
         *session.posargs,
         env=env,
