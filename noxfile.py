@@ -65,6 +65,8 @@ ENGINES = {
         env={"DS_ACCELERATOR": "cpu"},
         tests=(
             PACKAGES_DIR / "accel-deepspeed" / "tests",
+            # The launcher's DeepSpeed flags come from the adapter's launch hook: tested where installed.
+            PACKAGES_DIR / "accel-launch" / "tests" / "test_launch_deepspeed.py",
             INTEGRATION_TESTS / "deepspeed",
             EXAMPLE_TESTS / "test_deepspeed_zero3.py",
         ),
@@ -81,7 +83,12 @@ ENGINES = {
         with_tests=("accel-xla",),
         beside=("tqdm",),
         env={"PJRT_DEVICE": "CPU"},
-        tests=(PACKAGES_DIR / "accel-xla" / "tests", EXAMPLE_TESTS / "test_xla.py"),
+        tests=(
+            PACKAGES_DIR / "accel-xla" / "tests",
+            # The launcher's XLA flag and replica start come from the adapter's launch hook.
+            PACKAGES_DIR / "accel-launch" / "tests" / "test_launch_xla.py",
+            EXAMPLE_TESTS / "test_xla.py",
+        ),
         figures="xla",
     ),
 }

@@ -1,5 +1,8 @@
 """`accel launch --use_deepspeed` and `distributed_type: DEEPSPEED`: flags and config file to the
-workers' env vars, and every refusal, with the runner replaced (no DeepSpeed process starts)."""
+workers' env vars, and every refusal, with the runner replaced (no DeepSpeed process starts).
+
+DeepSpeed's launch hook ships with accel-deepspeed (torch-free, deepspeed-free): these tests need
+the adapter installed (the deepspeed session); without it, test_launch_hooks checks the stand-in."""
 
 from __future__ import annotations
 
@@ -10,12 +13,18 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from accel_launch import deepspeed_launch, env_check, env_report, torchrun_args
+from accel_launch import env_check, env_report
 from accel_launch.cli import accel
 from accel_launch.config_schema import ConfigError
-from accel_launch.deepspeed_launch import INSTALL_HINT, deepspeed_env, json_config_problem, visible_gpu
-from accel_launch.launch_options import DeepSpeedOptions, LaunchOptions, LaunchOptionsError
+from accel_launch.launch_options import LaunchOptions
 from accel_launch.torchrun_args import worker_env
+from accel_state.seam.launch_hook import WorkerJob
+
+deepspeed_launch = pytest.importorskip("accel_deepspeed.launch_hook")
+INSTALL_HINT = deepspeed_launch.INSTALL_HINT
+deepspeed_env = deepspeed_launch.deepspeed_env
+json_config_problem = deepspeed_launch.json_config_problem
+visible_gpu = deepspeed_launch.visible_gpu
 
 DEEPSPEED_VARS = (
     "ACCEL_GRADIENT_CLIPPING",
@@ -54,7 +63,7 @@ def _deepspeed_installed(monkeypatch):
         return real(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    monkeypatch.setattr(torchrun_args, "visible_gpu", lambda environ: True)
+    monkeypatch.setattr(deepspeed_launch, "visible_gpu", lambda environ: True)
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
@@ -152,7 +161,7 @@ def test_cpu_flag_makes_deepspeed_use_its_cpu_accelerator(script, launched):
 
 
 def test_no_visible_gpu_makes_deepspeed_use_its_cpu_accelerator(script, launched, monkeypatch):
-    monkeypatch.setattr(torchrun_args, "visible_gpu", lambda environ: False)
+    monkeypatch.setattr(deepspeed_launch, "visible_gpu", lambda environ: False)
     assert _launch(["--use_deepspeed", script], launched)["DS_ACCELERATOR"] == "cpu"
 
 
@@ -166,21 +175,20 @@ def test_a_ds_accelerator_the_user_set_is_left_alone(script, launched, monkeypat
 
 
 def test_ds_accelerator_is_not_set_for_other_jobs(script, launched, monkeypatch):
-    monkeypatch.setattr(torchrun_args, "visible_gpu", lambda environ: False)
+    monkeypatch.setattr(deepspeed_launch, "visible_gpu", lambda environ: False)
     assert "DS_ACCELERATOR" not in _launch(["--cpu", "--num_processes", "2", script], launched)
 
 
-def test_gpu_visibility_is_judged_on_what_the_workers_will_see():
+def test_gpu_visibility_is_judged_on_what_the_workers_will_see(monkeypatch):
     seen = []
 
     def gpu_visible(environ):
         seen.append(dict(environ))
         return True
 
-    options = LaunchOptions(
-        distributed_type="DEEPSPEED", deepspeed=DeepSpeedOptions(), gpu_ids="1", env={"FOO": "bar"}
-    )
-    assert "DS_ACCELERATOR" not in worker_env(options, {"PATH": "/bin"}, gpu_visible=gpu_visible)
+    monkeypatch.setattr(deepspeed_launch, "visible_gpu", gpu_visible)
+    options = LaunchOptions(distributed_type="DEEPSPEED", gpu_ids="1", env={"FOO": "bar"})
+    assert "DS_ACCELERATOR" not in worker_env(options, {"PATH": "/bin"})
     assert seen[0]["CUDA_VISIBLE_DEVICES"] == "1"
     assert seen[0]["FOO"] == "bar" and seen[0]["PATH"] == "/bin"
 
@@ -197,10 +205,8 @@ def test_visible_gpu_reads_device_files_and_cuda_visible_devices(tmp_path):
 
 
 def test_deepspeed_env_writes_only_what_was_given():
-    assert deepspeed_env(DeepSpeedOptions(), cpu=False, environ={}, gpu_visible=lambda e: True) == {}
-    env = deepspeed_env(
-        DeepSpeedOptions(gradient_clipping=1), cpu=True, environ={}, gpu_visible=lambda e: True
-    )
+    assert deepspeed_env(WorkerJob(2, False, {}, {}), gpu_visible=lambda e: True) == {}
+    env = deepspeed_env(WorkerJob(2, True, {"gradient_clipping": 1}, {}), gpu_visible=lambda e: True)
     assert env == {"ACCEL_GRADIENT_CLIPPING": "1.0", "DS_ACCELERATOR": "cpu"}
 
 
@@ -538,32 +544,16 @@ def test_a_bad_deepspeed_var_given_with_env_flag_is_refused(script, launched):
 # LaunchOptions ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "flag"),
-    [
-        ({"zero_stage": 4}, "--zero_stage"),
-        ({"offload_optimizer_device": "gpu"}, "--offload_optimizer_device"),
-        ({"offload_param_device": "disk"}, "--offload_param_device"),
-        ({"gradient_clipping": -0.1}, "--gradient_clipping"),
-        ({"gradient_clipping": float("inf")}, "--gradient_clipping"),
-    ],
-)
-def test_bad_deepspeed_option_names_its_flag_in_one_line(kwargs, flag):
-    with pytest.raises(LaunchOptionsError) as info:
-        DeepSpeedOptions(**kwargs)
-    assert str(info.value).startswith(flag)
-    assert "\n" not in str(info.value)
-
-
-def test_deepspeed_options_with_another_distributed_type_are_refused():
-    with pytest.raises(LaunchOptionsError, match="MULTI_GPU job"):
-        LaunchOptions(distributed_type="MULTI_GPU", deepspeed=DeepSpeedOptions())
-
-
-def test_deepspeed_options_alone_make_a_deepspeed_job():
-    env = worker_env(LaunchOptions(deepspeed=DeepSpeedOptions(zero_stage=2)), {}, gpu_visible=lambda e: True)
+def test_the_settings_of_a_deepspeed_job_reach_its_workers_through_the_hook():
+    options = LaunchOptions(distributed_type="DEEPSPEED", engine_settings={"zero_stage": 2})
+    env = worker_env(options, {})
     assert env["ACCEL_DISTRIBUTED_TYPE"] == "DEEPSPEED"
     assert env["ACCEL_DEEPSPEED_ZERO_STAGE"] == "2"
+
+
+def test_the_settings_of_another_job_type_write_no_deepspeed_variable():
+    options = LaunchOptions(distributed_type="MULTI_CPU", engine_settings={"zero_stage": 2})
+    assert not [name for name in worker_env(options, {}) if "DEEPSPEED" in name]
 
 
 # accel config and accel env --------------------------------------------------------------------

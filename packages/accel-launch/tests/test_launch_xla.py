@@ -1,9 +1,13 @@
 """`accel launch --xla`/`--tpu` and `distributed_type: XLA`: the worker command and env an XLA job
 gets (the runner replaced, no torch_xla needed), every refusal in one line, the worker program's
-own pieces, and notebook_launcher's XLA path through a fake XLA backend."""
+own pieces, and notebook_launcher's XLA path through a fake replica start.
+
+XLA's launch hook ships with accel-xla (torch-free, torch_xla-free): these tests need the adapter
+installed (the xla session); without it, test_launch_hooks checks the stand-in."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -12,9 +16,12 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from accel_launch import _xla_worker, xla_launch
 from accel_launch.cli import accel
 from accel_launch.launch_options import LaunchOptions
+from accel_launch.torchrun_args import build_replica_call
+from accel_state.seam.launch_hook import launch_hooks
+
+xla_launch = pytest.importorskip("accel_xla.launch_hook")
 
 XLA_VARS = ("PJRT_DEVICE", "CPU_NUM_DEVICES")
 
@@ -46,11 +53,12 @@ def xla_launched(monkeypatch):
 
     calls: list[tuple[list[str], dict[str, str]]] = []
 
-    def fake_run(argv, env, *, debug=False):
+    def fake_run(argv, env, *, debug=False, job="job"):
+        assert job == "XLA job"
         calls.append((list(argv), dict(env)))
         return 0
 
-    monkeypatch.setattr(runner, "run_xla", fake_run)
+    monkeypatch.setattr(runner, "run_program", fake_run)
     return calls
 
 
@@ -85,7 +93,7 @@ def test_xla_flag_runs_the_worker_with_the_replica_count_and_the_xla_env(
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.setenv("CPU_NUM_DEVICES", "2")  # the script staggers its replicas (see below)
     argv, env = _launch([flag, "--num_processes", "2", script, "--lr", "0.1"], xla_launched)
-    assert argv[:4] == [sys.executable, "-u", "-m", "accel_launch._xla_worker"]
+    assert argv[:4] == [sys.executable, "-u", "-m", "accel_launch._replica_worker"]
     assert argv[4] == str(os.getpid())
     assert argv[5:] == ["2", script, "--lr", "0.1"]
     assert env["ACCEL_DISTRIBUTED_TYPE"] == "XLA"
@@ -156,44 +164,9 @@ def test_what_an_xla_job_cannot_honour_is_refused_in_one_line(
     assert message in _refused([*args, script], xla_launched)
 
 
-def test_the_worker_parses_its_arguments():
-    assert _xla_worker.parse(["12", "2", "train.py", "--x"]) == (12, 2, False, "train.py", ["--x"])
-    assert _xla_worker.parse(["12", "1", "-m", "pkg.mod"]) == (12, 1, True, "pkg.mod", [])
-    for bad in (["12"], ["x", "1", "a.py"], ["12", "0", "a.py"], ["12", "1", "-m"]):
-        with pytest.raises(SystemExit, match="usage"):
-            _xla_worker.parse(bad)
-
-
-def test_each_replica_runs_the_script_as_main_with_its_arguments(tmp_path, monkeypatch):
-    out = tmp_path / "seen.txt"
-    path = tmp_path / "job.py"
-    path.write_text(f"import sys\nopen({str(out)!r}, 'w').write(__name__ + ' ' + ' '.join(sys.argv))\n")
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
-    _xla_worker.run_script(str(path), ["--lr", "3"], False)
-    assert out.read_text() == f"__main__ {path} --lr 3"
-
-
-def test_the_xla_runner_reports_a_failed_job_in_one_line(capsys):
-    from accel_launch import runner
-
-    code = runner.run_xla([sys.executable, "-c", "import sys; sys.exit(3)"], {"ACCEL_X": "1"})
-    assert code == 3
-    assert capsys.readouterr().err.strip() == (
-        "accel launch: the XLA job failed with exit code 3 (see its traceback above)"
-    )
-    assert (
-        runner.run_xla(
-            [sys.executable, "-c", "import os; assert os.environ['ACCEL_X'] == '1'"], {"ACCEL_X": "1"}
-        )
-        == 0
-    )
-
-
 def test_xla_flag_builds_the_call_without_the_cli():
     options = LaunchOptions(num_processes=2, distributed_type="XLA", mixed_precision="bf16")
-    call = xla_launch.build_xla_call(
-        options, "t.py", ["a"], environ={"PJRT_DEVICE": "CPU"}, tpu=lambda: False, launcher_pid=7
-    )
+    call = build_replica_call(options, "t.py", ["a"], environ={"PJRT_DEVICE": "CPU"}, launcher_pid=7)
     assert call.argv[4:] == ["7", "2", "t.py", "a"]
     assert call.env["CPU_NUM_DEVICES"] == "2"
     assert call.env["ACCEL_MIXED_PRECISION"] == "bf16"
@@ -203,14 +176,9 @@ def test_xla_flag_builds_the_call_without_the_cli():
 
 
 class FakeXlaBackend:
-    """Records how notebook_launcher asks the XLA backend to launch, and the env it saw."""
+    """Records how notebook_launcher asks the XLA hook to start replicas, and the env it saw."""
 
-    per_thread_state = True
     calls: list[dict] = []
-
-    @classmethod
-    def is_available(cls) -> bool:
-        return True
 
     @classmethod
     def launch(cls, function, args=(), *, num_processes=1, start_method="spawn"):
@@ -221,10 +189,9 @@ class FakeXlaBackend:
 
 @pytest.fixture
 def fake_xla_backend(monkeypatch):
-    from accel_state.seam import backend
-
     FakeXlaBackend.calls = []
-    monkeypatch.setitem(backend._registry, backend.DistributedType.XLA, FakeXlaBackend)
+    hooks = launch_hooks()
+    monkeypatch.setitem(hooks, "XLA", dataclasses.replace(hooks["XLA"], start_replicas=FakeXlaBackend.launch))
     monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "XLA")  # as an XLA device would make it
     return FakeXlaBackend
 

@@ -1,13 +1,41 @@
 """accel-deepspeed: DeepSpeed (ZeRO 0-3, offload, your own JSON config) behind accel's Backend seam.
 
-Importing this package imports no deepspeed: that happens when a DeepSpeed run is set up.
+Importing this package imports no deepspeed (that happens when a DeepSpeed run is set up) and no
+torch: its names are imported on first use (PEP 562), so that the launcher can read its launch
+hook (`accel_deepspeed.launch_hook`) for `accel --help`.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from accel_deepspeed.__about__ import __version__
-from accel_deepspeed.config_errors import DeepSpeedConfigError
-from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
-from accel_deepspeed.plugin import DeepSpeedPlugin
+
+if TYPE_CHECKING:
+    from accel_deepspeed.config_errors import DeepSpeedConfigError
+    from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
+    from accel_deepspeed.plugin import DeepSpeedPlugin
+
+_HOMES = {
+    "DeepSpeedConfigError": "config_errors",
+    "DummyOptim": "placeholders",
+    "DummyScheduler": "placeholders",
+    "DeepSpeedPlugin": "plugin",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'accel_deepspeed' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"accel_deepspeed.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = ["DeepSpeedConfigError", "DeepSpeedPlugin", "DummyOptim", "DummyScheduler", "__version__"]

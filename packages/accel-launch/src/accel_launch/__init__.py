@@ -1,25 +1,32 @@
 """accel-launch: the `accel` command line, `notebook_launcher` and the shared multi-process test helpers."""
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from accel_launch.__about__ import __version__
-from accel_launch.config_schema import ConfigError
-from accel_launch.launch_options import LaunchOptions, LaunchOptionsError
 
 if TYPE_CHECKING:
+    from accel_launch.config_schema import ConfigError
+    from accel_launch.launch_options import LaunchOptions, LaunchOptionsError
     from accel_launch.notebook import NotebookLaunchError, notebook_launcher
 
-# The notebook names are imported on first use (PEP 562): their module imports torch, which the
-# command line (`accel --help`) must not.
-_NOTEBOOK_NAMES = ("NotebookLaunchError", "notebook_launcher")
+# The names are imported on first use (PEP 562): the notebook's module imports torch, which the
+# command line (`accel --help`) must not, and the config schema reads the launch hooks, which
+# `accel.tracking` (importing `run_logs.JSONL_FILE_NAME`) has no use for.
+_HOMES = {
+    "ConfigError": "config_schema",
+    "LaunchOptions": "launch_options",
+    "LaunchOptionsError": "launch_options",
+    "NotebookLaunchError": "notebook",
+    "notebook_launcher": "notebook",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _NOTEBOOK_NAMES:
+    home = _HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module 'accel_launch' has no attribute {name!r}")
-    from accel_launch import notebook
-
-    value = getattr(notebook, name)
+    value = getattr(importlib.import_module(f"accel_launch.{home}"), name)
     globals()[name] = value
     return value
 

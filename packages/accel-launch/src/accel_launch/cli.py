@@ -1,8 +1,9 @@
 """The `accel` command line (a click group) and the standalone `accel-launch` command.
 
-Only click, this package's light modules and accel_state's torch-free choices are imported here;
-torch, the rest of accel_state and yaml are imported inside the command bodies, so `accel --help`
-stays fast.
+Only click, this package's light modules and accel_state's torch-free choices and launch hooks are
+imported here; torch, the rest of accel_state and yaml are imported inside the command bodies, so
+`accel --help` stays fast. Each engine's flags, checks and way of starting replicas come from its
+launch hook (accel_state.seam.launch_hook): the commands loop over the hooks and name no engine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from accel_launch.__about__ import __version__
-from accel_launch.config_schema import KEYS, SECTION_SETTINGS, SETTINGS, ConfigError, ConfigKey
+from accel_launch.config_schema import HOOKS, KEYS, SECTION_SETTINGS, SETTINGS, ConfigError, ConfigKey
 from accel_launch.launch_options import (
     TEE_CHOICES,
     LaunchOptions,
@@ -25,11 +26,13 @@ from accel_launch.launch_options import (
     check_script,
     parse_env_pairs,
 )
+from accel_state.seam.launch_hook import LaunchHookError, Selector, hook_for_type
 
 _CONTEXT = {"help_option_names": ["-h", "--help"]}
 # Everything from the script on belongs to the script: stop parsing our flags at the first positional.
 _LAUNCH_CONTEXT = {**_CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False}
-DIAGNOSTICS_MODULE = "accel.diagnostics"
+# What `accel test` runs: a module registered under this entry-point group (the umbrella's checks).
+TEST_SCRIPT_GROUP = "accel.test_scripts"
 # `accel config` asks questions; without a terminal (and with no answers piped in) it cannot.
 NO_TERMINAL_MESSAGE = (
     "accel config asks questions, but stdin is not a terminal and has no answers: run "
@@ -47,7 +50,7 @@ class ConfigProblem(click.ClickException):
         click.echo(f"accel: {self.message}", err=True)
 
 
-def _fail(error: ConfigError | LaunchOptionsError) -> click.ClickException:
+def _fail(error: LaunchHookError) -> click.ClickException:
     # A problem with a flag reads like click's own flag errors; one in a file or env var names that.
     message = str(error)
     if message.startswith("--"):
@@ -88,37 +91,17 @@ def _key_option(key: ConfigKey, *, switch: bool = True) -> Callable[[Callable[..
     return click.option(*_flag(key.name), type=click_type, default=None, help=help_text)
 
 
+def _selector_option(selector: Selector) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Return the click switch of a launch hook's selector (`--use_x`, `--use-x`)."""
+    declarations = [spelling for name in selector.names for spelling in _flag(name)[:-1]]
+    return click.option(*declarations, selector.parameter, is_flag=True, default=False, help=selector.help)
+
+
 def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add one flag per scalar config key to a command (in the table's order in `--help`), then
-    `--use_deepspeed` and the DeepSpeed flags, which take a value as Accelerate's do."""
+    """Add one flag per scalar config key to a command (in the table's order in `--help`), then each
+    launch hook's selector, then the hooks' section flags, which take a value as Accelerate's do."""
     options = [_key_option(key) for key in KEYS.values() if key.has_flag]
-    options.append(
-        click.option(
-            *_flag("use_deepspeed"),
-            is_flag=True,
-            default=False,
-            help="Run a DeepSpeed job (distributed_type DEEPSPEED); needs accel-deepspeed and deepspeed.",
-        )
-    )
-    options.append(
-        click.option(
-            *_flag("use_fsdp"),
-            is_flag=True,
-            default=False,
-            help="Run an FSDP2 job (distributed_type FSDP): every model fully sharded across processes.",
-        )
-    )
-    options.append(
-        click.option(
-            "--xla",
-            "--tpu",
-            "use_xla",
-            is_flag=True,
-            default=False,
-            help="Run an XLA job (distributed_type XLA) through torch_xla.launch: TPU chips, or XLA's "
-            "CPU device when PJRT_DEVICE=CPU; needs accel-xla and torch_xla.",
-        )
-    )
+    options += [_selector_option(hook.selector) for hook in HOOKS.values() if hook.selector is not None]
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
     for option in reversed(options):
         func = option(func)
@@ -135,30 +118,23 @@ def _config_file_option(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _given_flags(ctx: click.Context, values: dict[str, Any]) -> dict[str, Any]:
-    """Return the config-key flags given on the command line (`--use_deepspeed` as distributed_type)."""
+    """Return the config-key flags given on the command line (a hook's selector as distributed_type)."""
     given = {
         name: value
         for name, value in values.items()
         if name in SETTINGS and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
     }
-    if (
-        values.get("use_deepspeed")
-        and ctx.get_parameter_source("use_deepspeed") == ParameterSource.COMMANDLINE
-    ):
+    for hook in HOOKS.values():
+        selector = hook.selector
+        if selector is None or not values.get(selector.parameter):
+            continue
+        if ctx.get_parameter_source(selector.parameter) != ParameterSource.COMMANDLINE:
+            continue
+        kind = hook.distributed_types[0]
         chosen = given.get("distributed_type")
-        if chosen not in (None, "DEEPSPEED"):
-            raise click.UsageError(f"--use_deepspeed contradicts --distributed_type {chosen}")
-        given["distributed_type"] = "DEEPSPEED"
-    if values.get("use_fsdp") and ctx.get_parameter_source("use_fsdp") == ParameterSource.COMMANDLINE:
-        chosen = given.get("distributed_type")
-        if chosen not in (None, "FSDP"):
-            raise click.UsageError(f"--use_fsdp contradicts --distributed_type {chosen}")
-        given["distributed_type"] = "FSDP"
-    if values.get("use_xla") and ctx.get_parameter_source("use_xla") == ParameterSource.COMMANDLINE:
-        chosen = given.get("distributed_type")
-        if chosen not in (None, "XLA"):
-            raise click.UsageError(f"--xla contradicts --distributed_type {chosen}")
-        given["distributed_type"] = "XLA"
+        if chosen not in (None, kind):
+            raise click.UsageError(f"--{selector.names[0]} contradicts --distributed_type {chosen}")
+        given["distributed_type"] = kind
     return given
 
 
@@ -230,8 +206,8 @@ def _launch_only_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flags: Any) -> None:
-    """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run (XLA jobs:
-    on every replica through torch_xla.launch).
+    """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run (or on every
+    replica as the job's engine starts them).
 
     Values come from the flags, else ACCEL_* env vars, else the config file, else defaults.
     """
@@ -253,19 +229,15 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     """Return the LaunchOptions of a launch-like command from its flags and the effective config."""
     import os
 
-    from accel_launch.deepspeed_launch import check_deepspeed_job, deepspeed_options
-    from accel_launch.effective_config import check_launchable, fsdp_env
+    from accel_launch.effective_config import check_launchable
     from accel_launch.env_check import check_accel_env
     from accel_launch.machine_limits import check_process_count
-    from accel_launch.xla_launch import check_xla_installed, check_xla_options
 
     config, _ = load_effective_config(flags.pop("config_file"), _given_flags(ctx, flags))
     try:
         check_launchable(config)
-        if config.uses_deepspeed:
-            check_deepspeed_job(config)
-        if config.uses_xla:
-            check_xla_installed()
+        hook = hook_for_type(config.given("distributed_type"))
+        hook.check_launch(config)
         distributed_type = config.given("distributed_type")
         options = LaunchOptions(
             cpu=bool(config["use_cpu"]) or distributed_type == "MULTI_CPU",
@@ -283,8 +255,7 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             downcast_bf16=bool(config["downcast_bf16"]),
             enable_cpu_affinity=bool(config["enable_cpu_affinity"]),
             dynamo_backend=config["dynamo_backend"],
-            deepspeed=deepspeed_options(config) if config.uses_deepspeed else None,
-            fsdp_env=fsdp_env(config) if config.uses_fsdp else {},
+            engine_settings=hook.settings(config),
             max_restarts=flags["max_restarts"],
             monitor_interval=flags["monitor_interval"],
             module=flags["module"],
@@ -296,12 +267,11 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
         check_accel_env(os.environ)
         check_accel_env(options.env, where="--env")
         _warn_unknown_variables(options.env)
-        if config.uses_xla:
-            check_xla_options(options)
-        else:
+        if hook.start_replicas is None:
             _check_port_free(options, config.where("main_process_port"))
+        hook.check_options(options, os.environ)
         check_process_count(options.num_processes, where=config.where("num_processes"))
-    except (ConfigError, LaunchOptionsError) as error:
+    except LaunchHookError as error:
         raise _fail(error) from None
     return options
 
@@ -345,13 +315,13 @@ def _warn_unknown_variables(env_pairs: dict[str, str]) -> None:
 
 def _run(options: LaunchOptions, script: str, script_args: tuple[str, ...] | list[str]) -> int:
     from accel_launch import runner
-    from accel_launch.torchrun_args import build_torchrun_call
+    from accel_launch.effective_config import hook_of_type
+    from accel_launch.torchrun_args import build_replica_call, build_torchrun_call
 
-    if options.distributed_type == "XLA":
-        from accel_launch.xla_launch import build_xla_call
-
-        xla_call = build_xla_call(options, script, script_args)
-        return runner.run_xla(xla_call.argv, xla_call.env, debug=options.debug)
+    hook = hook_of_type(options.distributed_type)
+    if hook is not None and hook.start_replicas is not None:
+        call = build_replica_call(options, script, script_args)
+        return runner.run_program(call.argv, call.env, debug=options.debug, job=f"{hook.title} job")
     call = build_torchrun_call(options, script, script_args)
     return runner.run_torchrun(call.argv, call.env, debug=options.debug)
 
@@ -442,8 +412,10 @@ def config_show(ctx: click.Context, config_file: str | None, **flags: Any) -> No
 @_config_file_option
 @click.pass_context
 def test_command(ctx: click.Context, config_file: str | None) -> None:
-    """Run the diagnostic checks (`accel.diagnostics`) on the configured setup; exit 0 if all pass."""
-    if importlib.util.find_spec("accel") is None:
+    """Run the diagnostic checks (the umbrella's, registered as a test script) on the configured setup;
+    exit 0 if all pass."""
+    module = _test_script()
+    if module is None or importlib.util.find_spec(module.partition(".")[0]) is None:
         raise ConfigProblem(
             "accel test runs the checks of the `accel` package, which is not installed; from the repository "
             "root: pip install -c constraints.txt ./packages/accel-state ./packages/accel-data "
@@ -451,8 +423,16 @@ def test_command(ctx: click.Context, config_file: str | None) -> None:
         )
     defaults = {"max_restarts": 0, "monitor_interval": 0.1, "module": True, "env_pairs": (), "log_dir": None}
     options = _launch_options(ctx, {"config_file": config_file, "tee": None, **defaults})
-    click.echo(f"accel test: running {DIAGNOSTICS_MODULE} on {options.num_processes} process(es)", err=True)
-    sys.exit(_run(options, DIAGNOSTICS_MODULE, []))
+    click.echo(f"accel test: running {module} on {options.num_processes} process(es)", err=True)
+    sys.exit(_run(options, module, []))
+
+
+def _test_script() -> str | None:
+    """Return the module registered for `accel test` (entry-point group TEST_SCRIPT_GROUP), if any."""
+    from accel_state.seam.entry_points import entry_points
+
+    found = entry_points(TEST_SCRIPT_GROUP)
+    return found[0].module if found else None
 
 
 @accel.command("env", context_settings=_CONTEXT)

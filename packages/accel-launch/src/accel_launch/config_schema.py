@@ -1,8 +1,10 @@
 """The keys of a config file (Accelerate's `default_config.yaml` keys), each with its type and checks.
 
 A small table rather than a class per section: the CLI builds one flag per scalar key from it, the
-loader checks a file against it, and `accel config show` lists it. No yaml, no torch: the values come
-from accel_state.environment.choices, which the launcher and the library share.
+loader checks a file against it, and `accel config show` lists it. The top-level keys are here;
+each engine's section and its keys come from its launch hook (accel_state.seam.launch_hook). No
+yaml, no torch: the values come from accel_state.environment.choices, which the launcher and the
+library share.
 """
 
 from __future__ import annotations
@@ -10,53 +12,36 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from accel_state.environment.choices import (
-    CONFIG_DISTRIBUTED_TYPES,
-    CONFIG_MIXED_PRECISION_CHOICES,
-    DEEPSPEED_OFFLOAD_DEVICES,
-    FSDP_AUTO_WRAP_POLICIES,
-    FSDP_SHARDING_STRATEGIES,
-    FSDP_STATE_DICT_TYPES,
-    ZERO_STAGES,
-)
+from accel_state.environment import env_vars
+from accel_state.environment.choices import CONFIG_DISTRIBUTED_TYPES, CONFIG_MIXED_PRECISION_CHOICES
+from accel_state.seam.launch_hook import ConfigKey, LaunchHook, LaunchHookError, launch_hooks
 
 COMPUTE_ENVIRONMENTS = ("LOCAL_MACHINE", "AMAZON_SAGEMAKER")
 RDZV_BACKENDS = ("static", "c10d")
+# The launch hooks, native first: each brings its section, its keys and its checks.
+HOOKS: dict[str, LaunchHook] = launch_hooks()
 
 
-class ConfigError(ValueError):
+class ConfigError(LaunchHookError):
     """A config value, file or combination that cannot be used; the message is one line naming where."""
 
 
-@dataclass(frozen=True)
-class ConfigKey:
-    """One key of the config file: its type, allowed values and default, and whether it has a flag."""
-
-    name: str
-    kind: str  # "bool", "int", "float", "str", "choice", "dict", "list"
-    default: Any = None
-    help: str = ""
-    choices: tuple[str, ...] = ()  # for "choice"; for "int", the allowed values written as strings
-    minimum: int | None = None
-    aliases: tuple[str, ...] = ()  # extra flag names, e.g. Accelerate's `--cpu` for `use_cpu`
-    flag: bool = True  # False for a key that has no flag of its own
-
-    @property
-    def has_flag(self) -> bool:
-        return self.flag and self.kind not in ("dict", "list")
+def _distributed_types() -> tuple[str, ...]:
+    # Accelerate's names, and those a hook may bring of its own.
+    extra = [kind for hook in HOOKS.values() for kind in hook.distributed_types]
+    return (*CONFIG_DISTRIBUTED_TYPES, *(kind for kind in extra if kind not in CONFIG_DISTRIBUTED_TYPES))
 
 
-_KEYS = (
+_KEYS_BEFORE_SECTIONS = (
     ConfigKey("compute_environment", "choice", "LOCAL_MACHINE", "Where the job runs.", COMPUTE_ENVIRONMENTS),
     ConfigKey(
         "distributed_type",
         "choice",
         None,
         "Kind of distributed job (inferred when unset).",
-        CONFIG_DISTRIBUTED_TYPES,
+        _distributed_types(),
     ),
     ConfigKey(
         "mixed_precision",
@@ -64,15 +49,22 @@ _KEYS = (
         "no",
         "Mixed precision for the Accelerator.",
         CONFIG_MIXED_PRECISION_CHOICES,
+        env_var=env_vars.MIXED_PRECISION,
     ),
     ConfigKey(
-        "use_cpu", "bool", False, "Train on the CPU even where an accelerator exists.", aliases=("cpu",)
+        "use_cpu",
+        "bool",
+        False,
+        "Train on the CPU even where an accelerator exists.",
+        aliases=("cpu",),
+        env_var=env_vars.USE_CPU,
     ),
     ConfigKey(
         "debug",
         "bool",
         False,
         "Check collective shapes across ranks; show the launcher's traceback on its own errors.",
+        env_var=env_vars.DEBUG_MODE,
     ),
     ConfigKey("num_processes", "int", 1, "Processes to start on this machine.", minimum=1),
     ConfigKey("num_machines", "int", 1, "Machines taking part in the job.", minimum=1),
@@ -98,22 +90,56 @@ _KEYS = (
         "gpu_ids", "str", "all", "GPUs to use on this machine ('all' or '0,1'); sets CUDA_VISIBLE_DEVICES."
     ),
     ConfigKey(
-        "gradient_accumulation_steps", "int", 1, "Batches to accumulate before an optimizer step.", minimum=1
+        "gradient_accumulation_steps",
+        "int",
+        1,
+        "Batches to accumulate before an optimizer step.",
+        minimum=1,
+        env_var=env_vars.GRADIENT_ACCUMULATION_STEPS,
     ),
-    ConfigKey("downcast_bf16", "bool", False, "On XLA, downcast float32 to bf16 too (passed on)."),
-    ConfigKey("enable_cpu_affinity", "bool", False, "Pin each process to the CPUs near its GPU (passed on)."),
+    ConfigKey(
+        "downcast_bf16",
+        "bool",
+        False,
+        "On TPUs, downcast float32 to bf16 too (passed on).",
+        env_var=env_vars.DOWNCAST_BF16,
+    ),
+    ConfigKey(
+        "enable_cpu_affinity",
+        "bool",
+        False,
+        "Pin each process to the CPUs near its GPU (passed on).",
+        env_var=env_vars.ENABLE_CPU_AFFINITY,
+    ),
     ConfigKey("main_training_function", "str", "main", "Function a notebook launch calls (informational)."),
-    ConfigKey("dynamo_backend", "str", None, "torch.compile backend (older files; prefer dynamo_config)."),
-    ConfigKey("tpu_name", "str", None, "TPU pod name (XLA; later)."),
-    ConfigKey("tpu_zone", "str", None, "TPU zone (XLA; later)."),
-    ConfigKey("tpu_use_cluster", "bool", False, "Run on a TPU pod (XLA; later)."),
-    ConfigKey("tpu_use_sudo", "bool", False, "Use sudo on the TPU pod (XLA; later)."),
-    ConfigKey("command_file", "str", None, "File of commands to run on a TPU pod (XLA; later)."),
-    ConfigKey("commands", "list", None, "Commands to run on a TPU pod (XLA; later)."),
-    ConfigKey("tpu_vm", "list", None, "TPU VMs (XLA; later)."),
-    ConfigKey("tpu_env", "list", None, "Env vars for a TPU pod (XLA; later)."),
-    ConfigKey("deepspeed_config", "dict", None, "DeepSpeed section (its keys below)."),
-    ConfigKey("fsdp_config", "dict", None, "FSDP section (its keys below)."),
+    ConfigKey(
+        "dynamo_backend",
+        "str",
+        None,
+        "torch.compile backend (older files; prefer dynamo_config).",
+        env_var=env_vars.DYNAMO_BACKEND,
+    ),
+    ConfigKey("tpu_name", "str", None, "TPU pod name (not used yet)."),
+    ConfigKey("tpu_zone", "str", None, "TPU zone (not used yet)."),
+    ConfigKey("tpu_use_cluster", "bool", False, "Run on a TPU pod (not used yet)."),
+    ConfigKey("tpu_use_sudo", "bool", False, "Use sudo on the TPU pod (not used yet)."),
+    ConfigKey("command_file", "str", None, "File of commands to run on a TPU pod (not used yet)."),
+    ConfigKey("commands", "list", None, "Commands to run on a TPU pod (not used yet)."),
+    ConfigKey("tpu_vm", "list", None, "TPU VMs (not used yet)."),
+    ConfigKey("tpu_env", "list", None, "Env vars for a TPU pod (not used yet)."),
+)
+# Each hook's section: typed by its keys, or passed over unchecked when the hook is a stand-in.
+_SECTION_KEYS = tuple(
+    ConfigKey(
+        hook.section,
+        "dict",
+        None,
+        f"{hook.title} section (its keys below)." if hook.keys else f"{hook.title} section (passed over).",
+    )
+    for hook in HOOKS.values()
+    if hook.section is not None
+)
+_KEYS_AFTER_SECTIONS = (
     ConfigKey("megatron_lm_config", "dict", None, "Megatron-LM section (not supported)."),
     ConfigKey("dynamo_config", "dict", None, "torch.compile section (passed on as dynamo_backend)."),
     ConfigKey("ipex_config", "dict", None, "Intel extension section (not supported)."),
@@ -122,120 +148,17 @@ _KEYS = (
     ConfigKey("parallelism_config", "dict", None, "Parallelism section (later issue)."),
     ConfigKey("tp_config", "dict", None, "Tensor-parallel section (not supported)."),
 )
-KEYS: dict[str, ConfigKey] = {key.name: key for key in _KEYS}
-
-DEEPSPEED_SECTION = "deepspeed_config"
-# Accelerate's `deepspeed_config:` keys. Those with a flag take a value, as in Accelerate
-# (`--zero3_init_flag true`), and are refused without DeepSpeed.
-_DEEPSPEED_KEYS = (
-    ConfigKey("deepspeed_config_file", "str", None, "DeepSpeed JSON config file (DeepSpeed only)."),
-    ConfigKey(
-        "zero_stage",
-        "int",
-        None,
-        "ZeRO stage, 0 to 3 (DeepSpeed only).",
-        tuple(str(stage) for stage in ZERO_STAGES),
-    ),
-    ConfigKey(
-        "offload_optimizer_device",
-        "choice",
-        None,
-        "Where ZeRO offloads optimizer states (DeepSpeed only).",
-        DEEPSPEED_OFFLOAD_DEVICES,
-    ),
-    ConfigKey(
-        "offload_param_device",
-        "choice",
-        None,
-        "Where ZeRO-3 offloads parameters (DeepSpeed only).",
-        DEEPSPEED_OFFLOAD_DEVICES,
-    ),
-    ConfigKey("offload_optimizer_nvme_path", "str", None, "NVMe folder for optimizer offload.", flag=False),
-    ConfigKey("offload_param_nvme_path", "str", None, "NVMe folder for parameter offload.", flag=False),
-    ConfigKey(
-        "gradient_accumulation_steps",
-        "int",
-        None,
-        "Used when the top-level key is not set.",
-        minimum=1,
-        flag=False,
-    ),
-    ConfigKey("gradient_clipping", "float", None, "Clip gradients to this norm (DeepSpeed only).", minimum=0),
-    ConfigKey("zero3_init_flag", "bool", None, "Build models sharded, with deepspeed.zero.Init (ZeRO-3)."),
-    ConfigKey("zero3_save_16bit_model", "bool", None, "Save ZeRO-3 models as one 16-bit state dict."),
-    ConfigKey(
-        "deepspeed_multinode_launcher",
-        "str",
-        None,
-        "Only 'standard': accel starts every machine through torch's elastic agent.",
-    ),
-)
-DEEPSPEED_KEYS: dict[str, ConfigKey] = {key.name: key for key in _DEEPSPEED_KEYS}
-
-FSDP_SECTION = "fsdp_config"
-# Accelerate's `fsdp_config:` keys for FSDP2 (`fully_shard`); each flag takes a value, as in
-# Accelerate (`--fsdp_offload_params true`), and is refused without FSDP.
-_FSDP_KEYS = (
-    ConfigKey(
-        "fsdp_version", "int", None, "FSDP version: 2 (fully_shard); FSDP1 is not supported.", ("1", "2")
-    ),
-    ConfigKey(
-        "fsdp_auto_wrap_policy",
-        "choice",
-        None,
-        "Which submodules FSDP shards on their own.",
-        FSDP_AUTO_WRAP_POLICIES,
-    ),
-    ConfigKey(
-        "fsdp_transformer_layer_cls_to_wrap",
-        "str",
-        None,
-        "Class names (comma-separated) of the layers TRANSFORMER_BASED_WRAP shards.",
-    ),
-    ConfigKey(
-        "fsdp_min_num_params",
-        "int",
-        None,
-        "Parameters above which SIZE_BASED_WRAP shards a module.",
-        minimum=0,
-    ),
-    ConfigKey("fsdp_reshard_after_forward", "bool", None, "Free the gathered parameters after forward."),
-    ConfigKey(
-        "fsdp_state_dict_type",
-        "choice",
-        None,
-        "How save_state writes models and optimizers.",
-        FSDP_STATE_DICT_TYPES,
-    ),
-    ConfigKey(
-        "fsdp_cpu_ram_efficient_loading",
-        "bool",
-        None,
-        "Only the main process loads the weights; others may hold none.",
-    ),
-    ConfigKey(
-        "fsdp_activation_checkpointing",
-        "bool",
-        None,
-        "Recompute the sharded layers' activations in backward.",
-    ),
-    ConfigKey(
-        "fsdp_offload_params",
-        "bool",
-        None,
-        "Offload parameters, gradients and optimizer states to the CPU (GPU runs).",
-    ),
-    ConfigKey(
-        "fsdp_sharding_strategy",
-        "choice",
-        None,
-        "FSDP1's strategy, run by FSDP2: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (or 1-5).",
-        (*FSDP_SHARDING_STRATEGIES, "1", "2", "3", "4", "5"),
-    ),
-)
-FSDP_KEYS: dict[str, ConfigKey] = {key.name: key for key in _FSDP_KEYS}
+KEYS: dict[str, ConfigKey] = {
+    key.name: key for key in (*_KEYS_BEFORE_SECTIONS, *_SECTION_KEYS, *_KEYS_AFTER_SECTIONS)
+}
 # The sections of a file whose keys are typed; the other mappings are passed over unchecked.
-SECTIONS: dict[str, dict[str, ConfigKey]] = {DEEPSPEED_SECTION: DEEPSPEED_KEYS, FSDP_SECTION: FSDP_KEYS}
+SECTIONS: dict[str, dict[str, ConfigKey]] = {
+    hook.section: {key.name: key for key in hook.keys}
+    for hook in HOOKS.values()
+    if hook.section is not None and hook.keys
+}
+# Every hook's section, typed or not: listed under its keys' own names, never as a mapping.
+HOOK_SECTIONS: tuple[str, ...] = tuple(key.name for key in _SECTION_KEYS)
 # The keys Accelerate writes in the sections accel reads little or nothing of (dynamo_config
 # gives dynamo_backend only), and those of the typed sections accel passes over: known, so that a
 # misspelt key is refused with the closest name, while their values are left as they are.
@@ -292,25 +215,22 @@ PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
         )
     ),
     "tp_config": ("tp_size",),
-    # Used by DeepSpeed's own multi-machine launchers, which accel refuses (deepspeed_multinode_launcher).
-    DEEPSPEED_SECTION: ("deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter"),
-    # FSDP1's keys that FSDP2 already honours whatever their value
-    # (accel_state.backends.fsdp.fsdp1_options says why).
-    FSDP_SECTION: (
-        "fsdp_backward_prefetch",
-        "fsdp_forward_prefetch",
-        "fsdp_use_orig_params",
-        "fsdp_sync_module_states",
-    ),
+    **{hook.section: hook.passed_keys for hook in HOOKS.values() if hook.section and hook.passed_keys},
 }
-# Section keys that are settings under their own name (flag, env var, `config show`), and the
-# section each comes from. A section key named like a top-level key (gradient_accumulation_steps)
-# is not: it is the top-level key's fallback.
+# Section keys that are settings under their own name (flag, env var, `config show`), the section
+# each comes from and the hook it belongs to. A section key that is a top-level key's fallback
+# (`ConfigKey.top_level`) is not.
 SECTION_SETTINGS: dict[str, ConfigKey] = {
-    name: key for keys in SECTIONS.values() for name, key in keys.items() if name not in KEYS
+    key.name: key for hook in HOOKS.values() for key in hook.settings_keys if key.name not in KEYS
 }
 SECTION_OF: dict[str, str] = {
-    name: section for section, keys in SECTIONS.items() for name in keys if name in SECTION_SETTINGS
+    key.name: str(hook.section)
+    for hook in HOOKS.values()
+    for key in hook.settings_keys
+    if key.name in SECTION_SETTINGS
+}
+HOOK_OF: dict[str, LaunchHook] = {
+    key.name: hook for hook in HOOKS.values() for key in hook.settings_keys if key.name in SECTION_SETTINGS
 }
 # Every setting an effective config holds: the top-level keys, then the section settings.
 SETTINGS: dict[str, ConfigKey] = {**KEYS, **SECTION_SETTINGS}
@@ -352,7 +272,7 @@ def coerce_value(key: ConfigKey, value: Any) -> Any:
             # YAML 1.1 reads an unquoted `NO` / `no` as false; Accelerate's files quote it, people may not.
             value = "no" if "no" in key.choices else "NO"
         if isinstance(value, int) and not isinstance(value, bool) and str(value) in key.choices:
-            value = str(value)  # older Accelerate files write `fsdp_sharding_strategy: 1`
+            value = str(value)  # older Accelerate files write numbered choices (`..._strategy: 1`)
         if not isinstance(value, str) or value not in key.choices:
             raise ConfigError(f"must be one of {', '.join(key.choices)}, got {value!r}")
         return value

@@ -13,28 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from accel_launch.config_schema import (
-    DEEPSPEED_SECTION,
-    FSDP_KEYS,
+    HOOK_OF,
+    HOOKS,
     SECTION_OF,
     SECTION_SETTINGS,
     SETTINGS,
     ConfigError,
     coerce_value,
 )
-from accel_state.environment.choices import (
-    CPU_DISTRIBUTED_TYPES,
-    LAUNCHABLE_DISTRIBUTED_TYPES,
-    MIXED_PRECISION_CHOICES,
-)
+from accel_state.environment.choices import MIXED_PRECISION_CHOICES
+from accel_state.seam.launch_hook import LaunchHook, LaunchHookError, launchable_types
 
 DEFAULT, FILE, ENV, FLAG = "default", "file", "env", "flag"
-DEEPSPEED = "DEEPSPEED"
-FSDP = "FSDP"
-XLA = "XLA"
-# What accel launch starts: the types torch's elastic agent runs, and XLA, which torch_xla runs.
-LAUNCHABLE_TYPES = (*LAUNCHABLE_DISTRIBUTED_TYPES, XLA)
-# The one DeepSpeed multi-machine launcher accel has: torch's elastic agent on every machine.
-STANDARD_MULTINODE_LAUNCHER = "standard"
+# The distributed types a job may run on the CPU with (`use_cpu`), as each hook says.
+CPU_TYPES = tuple(kind for hook in HOOKS.values() for kind in hook.cpu_types)
 
 
 @dataclass(frozen=True)
@@ -42,7 +34,7 @@ class EffectiveConfig:
     """Every setting's value and its source ("default", "file", "env" or "flag"), and the file read.
 
     The settings are the file's top-level keys and the keys of its typed sections under their
-    own names (`zero_stage` for `deepspeed_config.zero_stage`).
+    own names (a section's key `x` is the setting `x`).
     """
 
     values: dict[str, Any]
@@ -72,70 +64,20 @@ class EffectiveConfig:
         return f"default {name}"
 
     @property
-    def uses_deepspeed(self) -> bool:
-        """True when the job is a DeepSpeed one (`--use_deepspeed` or `distributed_type: DEEPSPEED`)."""
-        return self.given("distributed_type") == DEEPSPEED
+    def hook(self) -> LaunchHook | None:
+        """Return the launch hook of the distributed type given, None when none is or no hook starts it."""
+        return hook_of_type(self.given("distributed_type"))
 
-    @property
-    def uses_fsdp(self) -> bool:
-        """True when the job is an FSDP one (`--use_fsdp` or `distributed_type: FSDP`)."""
-        return self.given("distributed_type") == FSDP
 
-    @property
-    def uses_xla(self) -> bool:
-        """True when the job is an XLA one (`--xla`/`--tpu` or `distributed_type: XLA`)."""
-        return self.given("distributed_type") == XLA
+def hook_of_type(distributed_type: str | None) -> LaunchHook | None:
+    """Return the hook that starts `distributed_type` (None: the default one's), else None."""
+    wanted = distributed_type or "NO"
+    return next((hook for hook in HOOKS.values() if wanted in hook.distributed_types), None)
 
 
 def config_env_names() -> dict[str, str]:
-    """Return the ACCEL_* env var that may set each config key (names from accel_state's env_vars)."""
-    from accel_state.environment import env_vars
-
-    return {
-        "use_cpu": env_vars.USE_CPU,
-        "mixed_precision": env_vars.MIXED_PRECISION,
-        "gradient_accumulation_steps": env_vars.GRADIENT_ACCUMULATION_STEPS,
-        "debug": env_vars.DEBUG_MODE,
-        "downcast_bf16": env_vars.DOWNCAST_BF16,
-        "enable_cpu_affinity": env_vars.ENABLE_CPU_AFFINITY,
-        "dynamo_backend": env_vars.DYNAMO_BACKEND,
-        "gradient_clipping": env_vars.GRADIENT_CLIPPING,
-        "deepspeed_config_file": env_vars.DEEPSPEED_CONFIG_FILE,
-        "zero_stage": env_vars.DEEPSPEED_ZERO_STAGE,
-        "offload_optimizer_device": env_vars.DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE,
-        "offload_param_device": env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE,
-        "zero3_init_flag": env_vars.DEEPSPEED_ZERO3_INIT,
-        "zero3_save_16bit_model": env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL,
-        **fsdp_env_names(),
-    }
-
-
-def fsdp_env_names() -> dict[str, str]:
-    """Return the ACCEL_FSDP_* env var of each `fsdp_config:` key (read by FullyShardedDataParallelPlugin)."""
-    from accel_state.environment import env_vars
-
-    return {
-        "fsdp_version": env_vars.FSDP_VERSION,
-        "fsdp_auto_wrap_policy": env_vars.FSDP_AUTO_WRAP_POLICY,
-        "fsdp_transformer_layer_cls_to_wrap": env_vars.FSDP_TRANSFORMER_CLS_TO_WRAP,
-        "fsdp_min_num_params": env_vars.FSDP_MIN_NUM_PARAMS,
-        "fsdp_reshard_after_forward": env_vars.FSDP_RESHARD_AFTER_FORWARD,
-        "fsdp_state_dict_type": env_vars.FSDP_STATE_DICT_TYPE,
-        "fsdp_cpu_ram_efficient_loading": env_vars.FSDP_CPU_RAM_EFFICIENT_LOADING,
-        "fsdp_activation_checkpointing": env_vars.FSDP_ACTIVATION_CHECKPOINTING,
-        "fsdp_offload_params": env_vars.FSDP_OFFLOAD_PARAMS,
-        "fsdp_sharding_strategy": env_vars.FSDP_SHARDING_STRATEGY,
-    }
-
-
-def fsdp_env(config: EffectiveConfig) -> dict[str, str]:
-    """Return the ACCEL_FSDP_* env vars an FSDP job's workers get: those of the settings given."""
-    env = {}
-    for name, variable in fsdp_env_names().items():
-        value = config.given(name)
-        if value is not None:
-            env[variable] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    return env
+    """Return the ACCEL_* env var that may set each setting (names from accel_state's env_vars)."""
+    return {name: key.env_var for name, key in SETTINGS.items() if key.env_var is not None}
 
 
 def resolve_config(
@@ -171,8 +113,7 @@ def resolve_config(
             sources["dynamo_config"],
         )
     config = EffectiveConfig(values, sources, path, env_names)
-    if config.uses_deepspeed:
-        _take_section_gradient_accumulation(config)
+    _take_section_fallbacks(config)
     _let_stronger_values_win(config)
     check_combinations(config)
     return config
@@ -189,23 +130,28 @@ def _flag_value(name: str, value: Any) -> Any:
         raise ConfigError(f"--{name} {error}") from None
 
 
-def _take_section_gradient_accumulation(config: EffectiveConfig) -> None:
-    """Use `deepspeed_config.gradient_accumulation_steps` when nothing set the top-level key.
+def _take_section_fallbacks(config: EffectiveConfig) -> None:
+    """Use the job's section value of a top-level key (`ConfigKey.top_level`) when nothing set that key.
 
-    Accelerate writes it in the section; a file giving both keys different values is refused.
+    Accelerate writes `gradient_accumulation_steps` in an engine's section; a file giving both keys
+    different values is refused.
     """
-    section = config.values.get(DEEPSPEED_SECTION) or {}
-    steps = section.get("gradient_accumulation_steps")
-    name = "gradient_accumulation_steps"
-    if steps is None:
+    hook = config.hook
+    if hook is None or hook.section is None or config.given("distributed_type") is None:
         return
-    if config.sources[name] == DEFAULT:
-        config.values[name], config.sources[name] = steps, FILE
-    elif config.sources[name] == FILE and config.values[name] != steps:
-        raise ConfigError(
-            f"{config.path}: key '{name}' is {config.values[name]} but key '{DEEPSPEED_SECTION}.{name}' "
-            f"is {steps}; keep one of them"
-        )
+    section = config.values.get(hook.section) or {}
+    for key in hook.keys:
+        value = section.get(key.name)
+        if not key.top_level or value is None:
+            continue
+        name = key.name
+        if config.sources[name] == DEFAULT:
+            config.values[name], config.sources[name] = value, FILE
+        elif config.sources[name] == FILE and config.values[name] != value:
+            raise ConfigError(
+                f"{config.path}: key '{name}' is {config.values[name]} but key '{hook.section}.{name}' "
+                f"is {value}; keep one of them"
+            )
 
 
 def _env_value(name: str, var: str, raw: str) -> Any:
@@ -245,7 +191,7 @@ def infer_distributed_type(config: EffectiveConfig, cuda_available: bool) -> str
 def check_combinations(config: EffectiveConfig) -> None:
     """Raise ConfigError for values that cannot go together, naming where the culprit was set."""
     values = config.values
-    _check_deepspeed_flags_need_deepspeed(config)
+    _check_section_flags_need_their_job(config)
     if values["machine_rank"] >= values["num_machines"]:
         raise ConfigError(
             f"{config.where('machine_rank')} must be below num_machines ({values['num_machines']}), "
@@ -261,21 +207,16 @@ def check_combinations(config: EffectiveConfig) -> None:
             f"{config.where('main_process_port')} must be in [1, 65535], got {values['main_process_port']}"
         )
     distributed_type = config.given("distributed_type")
-    if distributed_type is None:
-        return
-    where = config.where("distributed_type")
-    if distributed_type == "NO" and values["num_processes"] * values["num_machines"] > 1:
-        culprit = "num_processes" if values["num_processes"] > 1 else "num_machines"
+    if distributed_type is not None and values["use_cpu"] and distributed_type not in CPU_TYPES:
         raise ConfigError(
-            f"{where} is NO (one process) but {config.where(culprit)} is {values[culprit]}; "
-            "use MULTI_CPU or MULTI_GPU"
+            f"{config.where('distributed_type')} is {distributed_type} but {config.where('use_cpu')} is "
+            "true; use MULTI_CPU on the CPU"
         )
-    if values["use_cpu"] and distributed_type not in CPU_DISTRIBUTED_TYPES:
-        raise ConfigError(
-            f"{where} is {distributed_type} but {config.where('use_cpu')} is true; use MULTI_CPU on the CPU"
-        )
-    if distributed_type == DEEPSPEED:
-        _check_multinode_launcher(config)
+    for hook in HOOKS.values():
+        try:
+            hook.check(config)
+        except LaunchHookError as error:
+            raise ConfigError(str(error)) from None
 
 
 # How strongly each source binds: a value set more strongly wins over one it contradicts.
@@ -300,9 +241,10 @@ def _let_stronger_values_win(config: EffectiveConfig) -> None:
         return
     type_rank = _RANK[sources["distributed_type"]]
     culprits = ["num_processes", "num_machines"] if kind == "NO" else []
-    if kind not in CPU_DISTRIBUTED_TYPES:
-        # MULTI_GPU, XLA, ...: `accel config default` writes `use_cpu: true` on a machine without
-        # a GPU, and `--xla` (or --distributed_type) must still beat that file.
+    if kind not in CPU_TYPES:
+        # MULTI_GPU and the engines that need a device: `accel config default` writes `use_cpu: true`
+        # on a machine without a GPU, and an engine's selector (or --distributed_type) must still
+        # beat that file.
         culprits.append("use_cpu")
     for name in culprits:
         contradicts = values[name] is True or (not isinstance(values[name], bool) and values[name] > 1)
@@ -310,7 +252,7 @@ def _let_stronger_values_win(config: EffectiveConfig) -> None:
             continue
         if _RANK[sources[name]] > type_rank:
             if kind not in _COUNT_TYPES:
-                continue  # an engine's type (XLA, ...) is never guessed again: check_combinations refuses
+                continue  # an engine's type is never guessed again: check_combinations refuses
             loser, winner = "distributed_type", name
         else:
             loser, winner = name, "distributed_type"
@@ -323,40 +265,28 @@ def _let_stronger_values_win(config: EffectiveConfig) -> None:
         values[loser], sources[loser] = (False if loser == "use_cpu" else 1), DEFAULT
 
 
-def _check_deepspeed_flags_need_deepspeed(config: EffectiveConfig) -> None:
-    """Raise ConfigError for a DeepSpeed (FSDP) flag given to a job that is not a DeepSpeed (FSDP) one."""
+def _check_section_flags_need_their_job(config: EffectiveConfig) -> None:
+    """Raise ConfigError for a section flag (`--zero_stage`) given to a job of another engine."""
+    kind = config.given("distributed_type")
     for name in SECTION_SETTINGS:
-        if config.sources[name] != FLAG:
+        hook = HOOK_OF[name]
+        if config.sources[name] != FLAG or kind in hook.distributed_types:
             continue
-        if name in FSDP_KEYS and not config.uses_fsdp:
-            raise ConfigError(f"--{name} is an FSDP option: add --use_fsdp (or set distributed_type: FSDP)")
-        if name not in FSDP_KEYS and not config.uses_deepspeed:
-            raise ConfigError(
-                f"--{name} is a DeepSpeed option: add --use_deepspeed (or set distributed_type: DEEPSPEED)"
-            )
-    if config.given("fsdp_version") == 1:
+        asks = f"add --{hook.selector.names[0]} (or set " if hook.selector else "("
         raise ConfigError(
-            f"{config.where('fsdp_version')} is 1: FSDP1 (the FullyShardedDataParallel wrapper) is not "
-            "supported; use fsdp_version 2 (fully_shard)"
-        )
-
-
-def _check_multinode_launcher(config: EffectiveConfig) -> None:
-    launcher = config["deepspeed_multinode_launcher"]
-    if launcher is not None and launcher != STANDARD_MULTINODE_LAUNCHER:
-        raise ConfigError(
-            f"{config.where('deepspeed_multinode_launcher')} is {launcher!r}, but accel launches DeepSpeed "
-            "jobs through torch's elastic agent on every machine: only 'standard' is accepted"
+            f"--{name} is {hook.article} {hook.title} option: {asks}distributed_type: "
+            f"{hook.distributed_types[0]})"
         )
 
 
 def check_launchable(config: EffectiveConfig) -> None:
     """Raise ConfigError when the distributed type is valid but not one `accel launch` can start yet."""
     distributed_type = config.given("distributed_type")
-    if distributed_type is not None and distributed_type not in LAUNCHABLE_TYPES:
+    launchable = launchable_types()
+    if distributed_type is not None and distributed_type not in launchable:
         raise ConfigError(
             f"{config.where('distributed_type')} is {distributed_type}, which accel launch cannot start yet "
-            f"(supported: {', '.join(LAUNCHABLE_TYPES)})"
+            f"(supported: {', '.join(launchable)})"
         )
     if config["mixed_precision"] not in MIXED_PRECISION_CHOICES:
         raise ConfigError(

@@ -13,8 +13,6 @@ import math
 from collections.abc import Callable, Mapping
 
 from accel_launch.config_schema import ConfigError
-from accel_launch.deepspeed_launch import json_config_problem
-from accel_launch.effective_config import LAUNCHABLE_TYPES
 from accel_state.environment import env_vars
 from accel_state.environment.choices import (
     DEEPSPEED_OFFLOAD_DEVICES,
@@ -25,6 +23,8 @@ from accel_state.environment.choices import (
     MIXED_PRECISION_CHOICES,
     ZERO_STAGES,
 )
+from accel_state.environment.json_object import json_object_problem
+from accel_state.seam.launch_hook import launchable_types
 
 # The words accel_state.environment.env_vars.read_flag accepts.
 _BOOLEAN_WORDS = {"1", "true", "yes", "on", "0", "false", "no", "off"}
@@ -59,7 +59,7 @@ def _norm(raw: str) -> str | None:
 
 
 def _deepspeed_json(raw: str) -> str | None:
-    problem = json_config_problem(raw)
+    problem = json_object_problem(raw)
     return None if problem is None else f"is not a usable DeepSpeed config ({problem})"
 
 
@@ -84,7 +84,7 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.GRADIENT_ACCUMULATION_STEPS: _positive_integer,
     env_vars.DEBUG_MODE: _boolean,
     env_vars.TIMEOUT: _positive_seconds,
-    env_vars.DISTRIBUTED_TYPE: _one_of(LAUNCHABLE_TYPES),
+    env_vars.DISTRIBUTED_TYPE: lambda raw: _one_of(launchable_types())(raw),
     env_vars.DOWNCAST_BF16: _boolean,
     env_vars.ENABLE_CPU_AFFINITY: _boolean,
     env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend name, which torch checks when compiling

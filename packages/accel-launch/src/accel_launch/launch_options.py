@@ -6,59 +6,21 @@ LaunchOptions before it decides to start anything, and `accel --help` must stay 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from accel_launch.config_schema import RDZV_BACKENDS
-from accel_state.environment.choices import (
-    CONFIG_MIXED_PRECISION_CHOICES,
-    DEEPSPEED_OFFLOAD_DEVICES,
-    ZERO_STAGES,
-)
+from accel_state.environment.choices import CONFIG_MIXED_PRECISION_CHOICES
+from accel_state.seam.launch_hook import LaunchHookError
 
 TEE_CHOICES = ("0", "1", "2", "3")
 
 
-class LaunchOptionsError(ValueError):
+class LaunchOptionsError(LaunchHookError):
     """A launch option, or a combination of them, that cannot be launched; the message names the flag."""
-
-
-@dataclass(frozen=True)
-class DeepSpeedOptions:
-    """The DeepSpeed options of a launch; None means "not given", so the adapter's default applies."""
-
-    config_file: str | None = None
-    zero_stage: int | None = None
-    offload_optimizer_device: str | None = None
-    offload_param_device: str | None = None
-    gradient_clipping: float | None = None
-    zero3_init: bool | None = None
-    zero3_save_16bit_model: bool | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise LaunchOptionsError naming the first flag whose value DeepSpeed cannot take."""
-        if self.zero_stage is not None and self.zero_stage not in ZERO_STAGES:
-            stages = ", ".join(str(stage) for stage in ZERO_STAGES)
-            raise LaunchOptionsError(f"--zero_stage must be one of {stages}, got {self.zero_stage}")
-        for flag, device in (
-            ("--offload_optimizer_device", self.offload_optimizer_device),
-            ("--offload_param_device", self.offload_param_device),
-        ):
-            if device is not None and device not in DEEPSPEED_OFFLOAD_DEVICES:
-                raise LaunchOptionsError(
-                    f"{flag} must be one of {', '.join(DEEPSPEED_OFFLOAD_DEVICES)}, got {device!r}"
-                )
-        clipping = self.gradient_clipping
-        if clipping is not None and not (math.isfinite(clipping) and clipping >= 0):
-            raise LaunchOptionsError(
-                f"--gradient_clipping must be a finite number of 0 or more, got {clipping}"
-            )
 
 
 @dataclass(frozen=True)
@@ -86,8 +48,8 @@ class LaunchOptions:
     downcast_bf16: bool = False
     enable_cpu_affinity: bool = False
     dynamo_backend: str | None = None
-    deepspeed: DeepSpeedOptions | None = None  # set for a DeepSpeed job (distributed_type DEEPSPEED)
-    fsdp_env: dict[str, str] = field(default_factory=dict)  # ACCEL_FSDP_* of an FSDP job
+    # The settings of the job's section that were given (its launch hook turns them into env vars).
+    engine_settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -142,10 +104,6 @@ class LaunchOptions:
             )
         for key in self.env:
             _check_env_key(key)
-        if self.deepspeed is not None and self.distributed_type not in (None, "DEEPSPEED"):
-            raise LaunchOptionsError(
-                f"DeepSpeed options were given for a {self.distributed_type} job; use --use_deepspeed"
-            )
 
 
 def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:

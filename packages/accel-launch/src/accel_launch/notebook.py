@@ -21,6 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 
 from accel_launch.ports import LOCALHOST, LOOPBACK_RDZV_BACKEND, endpoint, find_free_port, is_loopback
 from accel_state.environment import env_vars
+from accel_state.seam.launch_hook import LaunchHook
 
 # Accelerate's choices; all of them mean the same on the one machine a notebook runs on.
 RDZV_BACKENDS = ("static", "c10d")
@@ -58,9 +59,10 @@ def notebook_launcher(
     Otherwise N processes are forked, each with RANK/WORLD_SIZE/... and ACCEL_* env vars set like
     `accel launch` sets them (ACCEL_USE_CPU on a CPU-only run, ACCEL_MIXED_PRECISION).
 
-    Under XLA (torch_xla installed and `PJRT_DEVICE` set, or a TPU present; not with `cpu=True`)
-    the replicas run through `torch_xla.launch`, forked: one in this process, or `num_processes`
-    on XLA's CPU device (`CPU_NUM_DEVICES`), or one per chip on a TPU host.
+    Under a distributed type whose launch hook starts its replicas itself (XLA: torch_xla installed
+    and `PJRT_DEVICE` set, or a TPU present; not with `cpu=True`) the replicas run through that
+    hook, forked: XLA runs one in this process, or `num_processes` on its CPU device
+    (`CPU_NUM_DEVICES`), or one per chip on a TPU host.
 
     `rdzv_backend` ("static" or "c10d", as Accelerate takes) changes nothing: the workers all run on
     this machine, where the rendezvous described above is used whichever is named. A failed rank
@@ -72,10 +74,14 @@ def notebook_launcher(
             f"rdzv_backend must be one of {', '.join(RDZV_BACKENDS)} (notebook_launcher runs on one "
             f"machine), got {rdzv_backend!r}"
         )
-    from accel_state.environment.distributed_type import DistributedType, resolve_distributed_type
+    from accel_launch.effective_config import hook_of_type
+    from accel_state.environment.distributed_type import resolve_distributed_type
 
-    if resolve_distributed_type(cpu=bool(cpu)) is DistributedType.XLA:
-        return _launch_xla(function, args, num_processes or 1, mixed_precision)
+    hook = hook_of_type(resolve_distributed_type(cpu=bool(cpu)).value)
+    if hook is not None and hook.stand_in and hook.install_hint:
+        raise NotebookLaunchError(hook.install_hint)  # its adapter is not installed
+    if hook is not None and hook.start_replicas is not None:
+        return _launch_replicas(hook, function, args, num_processes or 1, mixed_precision)
     import torch
 
     cuda = torch.cuda.is_available() and not cpu
@@ -90,27 +96,35 @@ def notebook_launcher(
     return _launch(function, args, num_processes, env, master_addr, use_port, max_restarts, monitor_interval)
 
 
-def _launch_xla(
-    function: Callable[..., Any], args: tuple[Any, ...], num_processes: int, mixed_precision: str
+def _launch_replicas(
+    hook: LaunchHook,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    num_processes: int,
+    mixed_precision: str,
 ) -> list[Any]:
-    """Return `function(*args)` of each XLA replica, run by the XLA backend (`torch_xla.launch`)."""
-    from accel_launch.xla_launch import xla_env
-    from accel_state.environment.distributed_type import DistributedType
-    from accel_state.seam.backend import replica_launcher
+    """Return `function(*args)` of each replica, started by `hook` (XLA's: `torch_xla.launch`)."""
+    from accel_state.seam.launch_hook import WorkerJob
 
-    env = {env_vars.LAUNCHED: "1", env_vars.MIXED_PRECISION: mixed_precision}
-    env.update(xla_env(num_processes, os.environ))
-    launch = replica_launcher(DistributedType.XLA)
+    env = {
+        env_vars.LAUNCHED: "1",
+        env_vars.MIXED_PRECISION: mixed_precision,
+        env_vars.DISTRIBUTED_TYPE: hook.distributed_types[0],
+    }
+    env.update(hook.env_for(WorkerJob(num_processes, cpu=False, settings={}, environ=dict(os.environ))))
+    start = hook.start_replicas
+    if start is None:
+        raise NotebookLaunchError(f"the {hook.title} launch hook does not start replicas itself")
     if num_processes == 1:
         with env_vars.patched(env):
-            return list(launch(function, args, num_processes=1))
+            return list(start(function, args, num_processes=1))
     _check_fork_is_safe()
     try:
         with env_vars.patched(env):
-            return list(launch(function, args, num_processes=num_processes, start_method="fork"))
+            return list(start(function, args, num_processes=num_processes, start_method="fork"))
     except Exception as error:
         raise NotebookLaunchError(
-            f"an XLA replica of {num_processes} failed: {type(error).__name__}: {_first_line(error)}"
+            f"a {hook.title} replica of {num_processes} failed: {type(error).__name__}: {_first_line(error)}"
         ) from error
 
 

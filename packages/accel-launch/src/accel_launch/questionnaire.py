@@ -1,7 +1,7 @@
 """The questions of `accel config`, and the no-question config of `accel config default`.
 
-Both return a plain dict of config keys; writing it is config_file's job. DeepSpeed gets the
-questions of its `deepspeed_config:` section; XLA questions belong to their own issue.
+Both return a plain dict of config keys; writing it is config_file's job. The distributed types
+offered are those of the launch hooks that say so; a hook's questions fill its section.
 """
 
 from __future__ import annotations
@@ -10,14 +10,9 @@ from typing import Any
 
 import click
 
-from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, DEEPSPEED_SECTION, RDZV_BACKENDS
-from accel_state.environment.choices import (
-    DEEPSPEED_OFFLOAD_DEVICES,
-    DEFAULT_MASTER_PORT,
-    LAUNCHABLE_DISTRIBUTED_TYPES,
-    MIXED_PRECISION_CHOICES,
-    ZERO_STAGES,
-)
+from accel_launch.config_schema import COMPUTE_ENVIRONMENTS, HOOKS, RDZV_BACKENDS, SECTIONS
+from accel_state.environment.choices import DEFAULT_MASTER_PORT, MIXED_PRECISION_CHOICES
+from accel_state.seam.launch_hook import LaunchHook, Question
 
 
 def ask_config() -> dict[str, Any]:
@@ -29,10 +24,9 @@ def ask_config() -> dict[str, Any]:
             default="LOCAL_MACHINE",
         )
     }
+    offered = [kind for hook in HOOKS.values() if hook.offered_by_config for kind in hook.distributed_types]
     distributed_type = click.prompt(
-        "Which type of machine are you using?",
-        type=click.Choice(LAUNCHABLE_DISTRIBUTED_TYPES),
-        default="NO",
+        "Which type of machine are you using?", type=click.Choice(offered), default="NO"
     )
     config["distributed_type"] = distributed_type
     config.update(num_machines=1, machine_rank=0, num_processes=1)
@@ -43,8 +37,9 @@ def ask_config() -> dict[str, Any]:
             type=click.IntRange(min=1),
             default=2 if distributed_type == "MULTI_CPU" else 1,
         )
-    if distributed_type == "DEEPSPEED":
-        config[DEEPSPEED_SECTION] = _ask_deepspeed(config["num_machines"])
+    hook = next(hook for hook in HOOKS.values() if distributed_type in hook.distributed_types)
+    if hook.section is not None and hook.questions:
+        config[hook.section] = _ask_section(hook, config)
     if distributed_type == "MULTI_GPU":
         config["use_cpu"] = False
         config["gpu_ids"] = click.prompt(
@@ -71,44 +66,30 @@ def ask_config() -> dict[str, Any]:
     return config
 
 
-def _ask_deepspeed(num_machines: int) -> dict[str, Any]:
-    """Return the `deepspeed_config:` section from the answers: a JSON file, or the ZeRO options."""
+def _ask_section(hook: LaunchHook, config: dict[str, Any]) -> dict[str, Any]:
+    """Return `hook`'s section from the answers to its questions (those that apply, in order)."""
     section: dict[str, Any] = {}
-    config_file = click.prompt(
-        "Path to a DeepSpeed JSON config file (leave empty to answer the ZeRO questions instead)",
-        default="",
-        show_default=False,
-    ).strip()
-    if config_file:
-        section["deepspeed_config_file"] = config_file
-    else:
-        stage = click.prompt(
-            "Which ZeRO stage do you want to use?",
-            type=click.Choice([str(stage) for stage in ZERO_STAGES]),
-            default="2",
-        )
-        section["zero_stage"] = int(stage)
-        if section["zero_stage"] >= 2:
-            section["offload_optimizer_device"] = click.prompt(
-                "Where should optimizer states be offloaded?",
-                type=click.Choice(DEEPSPEED_OFFLOAD_DEVICES),
-                default="none",
-            )
-        if section["zero_stage"] == 3:
-            section["offload_param_device"] = click.prompt(
-                "Where should parameters be offloaded?",
-                type=click.Choice(DEEPSPEED_OFFLOAD_DEVICES),
-                default="none",
-            )
-            section["zero3_init_flag"] = click.confirm(
-                "Build models sharded across ranks (deepspeed.zero.Init)?", default=True
-            )
-            section["zero3_save_16bit_model"] = click.confirm(
-                "Save models as one 16-bit state dict?", default=False
-            )
-    if num_machines > 1:
-        section["deepspeed_multinode_launcher"] = "standard"  # the only one: torch's elastic agent
+    keys = SECTIONS.get(str(hook.section), {})
+    for question in hook.questions:
+        if not question.when(section, config):
+            continue
+        answer = _ask(question)
+        if question.optional and answer == "":
+            continue
+        key = keys.get(question.key)
+        section[question.key] = int(answer) if key is not None and key.kind == "int" else answer
     return section
+
+
+def _ask(question: Question) -> Any:
+    if not question.prompt:
+        return question.default
+    if question.confirm:
+        return click.confirm(question.prompt, default=question.default)
+    if question.choices:
+        return click.prompt(question.prompt, type=click.Choice(question.choices), default=question.default)
+    shown = question.default not in (None, "")
+    return click.prompt(question.prompt, default=question.default, show_default=shown).strip()
 
 
 def _ask_machines() -> dict[str, Any]:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-JSONL_FILE_NAME = "metrics.jsonl"  # what accel.tracking.JSONLinesTracker writes
+# The JSON-lines tracker's file: accel's tracker writes it under this name, which it imports from here.
+JSONL_FILE_NAME = "metrics.jsonl"
 EVENT_FILE_PREFIX = "events.out.tfevents."
 
 

@@ -1,5 +1,5 @@
-"""Runs a TorchrunCall in this process through torch's elastic agent (an XLA job: its worker program,
-`run_xla`) and turns its outcome into an exit code.
+"""Runs a TorchrunCall in this process through torch's elastic agent (a job whose launch hook starts
+its replicas itself: accel's replica program, `run_program`) and turns its outcome into an exit code.
 
 The agent already starts, watches and stops the workers; what it lacks is a short answer for a
 person: a failed rank ends in one line naming the rank and its exit code instead of the agent's
@@ -55,11 +55,11 @@ def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = F
     return 0
 
 
-def run_xla(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = False) -> int:
-    """Return the exit code of an XLA job: the worker program `argv` (see accel_launch._xla_worker)
-    run with `env` added to this environment. A failure ends in one line naming its exit code.
+def run_program(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = False, job: str = "job") -> int:
+    """Return the exit code of the program `argv` (see accel_launch._replica_worker) run with `env`
+    added to this environment. A failure ends in one line naming `job` ("the XLA job") and its exit code.
 
-    `debug` keeps the launcher's traceback when the worker cannot be started at all.
+    `debug` keeps the launcher's traceback when the program cannot be started at all.
     """
     import subprocess
 
@@ -81,13 +81,13 @@ def run_xla(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = False)
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
-        _say("interrupted; the XLA job was stopped")
+        _say(f"interrupted; the {job} was stopped")
         return 128 + signal.SIGINT
     if code < 0:
-        _say(f"the XLA job was killed by {_signal_name(-code)}")
+        _say(f"the {job} was killed by {_signal_name(-code)}")
         return 128 - code
     if code:
-        _say(f"the XLA job failed with exit code {code} (see its traceback above)")
+        _say(f"the {job} failed with exit code {code} (see its traceback above)")
     return code
 
 

@@ -1,4 +1,5 @@
-"""Turns LaunchOptions into the arguments of `torch.distributed.run` and the workers' env vars.
+"""Turns LaunchOptions into the arguments of `torch.distributed.run` and the workers' env vars (or,
+for a launch hook that starts its replicas itself, into the command of accel's replica program).
 
 Kept free of side effects (the free port and the parent environment are passed in) so that what
 the launcher would start can be checked without starting anything.
@@ -12,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accel_launch.deepspeed_launch import deepspeed_env, visible_gpu
+from accel_launch.effective_config import hook_of_type
 from accel_launch.launch_options import LaunchOptions
 from accel_launch.ports import (
     LOCALHOST,
@@ -24,9 +25,12 @@ from accel_launch.ports import (
 )
 from accel_state.environment import env_vars
 from accel_state.environment.choices import DEFAULT_MASTER_PORT
+from accel_state.seam.launch_hook import WorkerJob
 
 # The first program of every worker (see its docstring): ties the worker to the launcher.
 WORKER_EXEC = Path(__file__).with_name("_worker_exec.py")
+# The program of a job whose launch hook starts its replicas itself (see its docstring).
+REPLICA_WORKER = "accel_launch._replica_worker"
 # Env vars that choose the interface gloo and NCCL listen on; on one machine, loopback.
 _SOCKET_INTERFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
@@ -46,13 +50,12 @@ def build_torchrun_call(
     *,
     free_port: Callable[[], int] = find_free_port,
     environ: Mapping[str, str] | None = None,
-    gpu_visible: Callable[[Mapping[str, str]], bool] | None = None,
 ) -> TorchrunCall:
     """Return the torchrun argv and worker env for running `script script_args` under `options`."""
     environ = os.environ if environ is None else environ
     return TorchrunCall(
         argv=torchrun_argv(options, script, script_args, free_port=free_port),
-        env=worker_env(options, environ, gpu_visible=gpu_visible),
+        env=worker_env(options, environ),
     )
 
 
@@ -122,16 +125,11 @@ def _rendezvous_argv(options: LaunchOptions, free_port: Callable[[], int]) -> li
     ]  # fmt: skip
 
 
-def worker_env(
-    options: LaunchOptions,
-    environ: Mapping[str, str],
-    *,
-    gpu_visible: Callable[[Mapping[str, str]], bool] | None = None,
-) -> dict[str, str]:
+def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, str]:
     """Return the env vars to add for the workers (the launcher's own environment is inherited).
 
-    `gpu_visible(env)` tells a DeepSpeed job whether the workers would see a GPU (default:
-    `visible_gpu`, which reads this machine's device files).
+    Those of every job, then those of the job's launch hook (judged on what the workers will see:
+    `environ`, the variables above, then `--env` pairs), then `--env` pairs.
     """
     env = {env_vars.LAUNCHED: "1"}
     if options.cpu:
@@ -142,9 +140,7 @@ def worker_env(
         env[env_vars.GRADIENT_ACCUMULATION_STEPS] = str(options.gradient_accumulation_steps)
     if options.debug:
         env[env_vars.DEBUG_MODE] = "1"
-    if options.deepspeed is not None:
-        env[env_vars.DISTRIBUTED_TYPE] = "DEEPSPEED"
-    elif options.distributed_type is not None:
+    if options.distributed_type is not None:
         env[env_vars.DISTRIBUTED_TYPE] = options.distributed_type
     if options.downcast_bf16:
         env[env_vars.DOWNCAST_BF16] = "1"
@@ -154,15 +150,11 @@ def worker_env(
         env[env_vars.DYNAMO_BACKEND] = options.dynamo_backend
     if options.gpu_ids not in (None, "all") and not options.cpu:
         env["CUDA_VISIBLE_DEVICES"] = str(options.gpu_ids)
-    if options.deepspeed is not None:
-        # Judged on what the workers will see: this env, then --env pairs on top of it.
+    hook = hook_of_type(options.distributed_type)
+    if hook is not None:
         seen = {**environ, **env, **options.env}
-        env.update(
-            deepspeed_env(
-                options.deepspeed, cpu=options.cpu, environ=seen, gpu_visible=gpu_visible or visible_gpu
-            )
-        )
-    env.update(options.fsdp_env)
+        job = WorkerJob(options.num_processes, options.cpu, dict(options.engine_settings), seen)
+        env.update(hook.env_for(job))
     if not options.is_multi_machine:
         # Their listening sockets would otherwise take the address the host name resolves to.
         interface = loopback_interface()
@@ -174,3 +166,23 @@ def worker_env(
         env["OMP_NUM_THREADS"] = "1"
     env.update(options.env)
     return env
+
+
+def build_replica_call(
+    options: LaunchOptions,
+    script: str,
+    script_args: Sequence[str] = (),
+    *,
+    environ: Mapping[str, str] | None = None,
+    launcher_pid: int | None = None,
+) -> TorchrunCall:
+    """Return the argv (interpreter first) and env of the program that starts a job whose launch hook
+    starts its replicas itself (see accel_launch._replica_worker); the env is `worker_env`'s."""
+    environ = os.environ if environ is None else environ
+    pid = os.getpid() if launcher_pid is None else launcher_pid
+    argv = [sys.executable, "-u", "-m", REPLICA_WORKER, str(pid), str(options.num_processes)]
+    if options.module:
+        argv.append("-m")
+    argv.append(script)
+    argv.extend(script_args)
+    return TorchrunCall(argv=argv, env=worker_env(options, environ))

@@ -1,13 +1,41 @@
 """accel-xla: PyTorch/XLA (TPU, or XLA's CPU device) behind accel's Backend seam.
 
-Importing this package imports no torch_xla: that happens when an XLA run is set up.
+Importing this package imports no torch_xla (that happens when an XLA run is set up) and no
+torch: its names are imported on first use (PEP 562), so that the launcher can read its launch
+hook (`accel_xla.launch_hook`) for `accel --help`.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from accel_xla.__about__ import __version__
-from accel_xla.backend import XlaBackend, XlaConfigError
-from accel_xla.padding import pad_to_multiple_of
-from accel_xla.recompilation import RecompilationWarning
+
+if TYPE_CHECKING:
+    from accel_xla.backend import XlaBackend, XlaConfigError
+    from accel_xla.padding import pad_to_multiple_of
+    from accel_xla.recompilation import RecompilationWarning
+
+_HOMES = {
+    "RecompilationWarning": "recompilation",
+    "XlaBackend": "backend",
+    "XlaConfigError": "backend",
+    "pad_to_multiple_of": "padding",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'accel_xla' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"accel_xla.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = ["RecompilationWarning", "XlaBackend", "XlaConfigError", "__version__", "pad_to_multiple_of"]

@@ -1,12 +1,16 @@
-"""The program of an XLA job of `accel launch`: run the script on every XLA replica.
+"""The program of a job whose launch hook starts its replicas itself (XLA's): run the script on
+every replica.
 
-Usage (by xla_launch only): `python -u -m accel_launch._xla_worker LAUNCHER_PID N [-m] SCRIPT [ARGS...]`.
+Usage (by torchrun_args.build_replica_call only):
+`python -u -m accel_launch._replica_worker LAUNCHER_PID N [-m] SCRIPT [ARGS...]`, with
+ACCEL_DISTRIBUTED_TYPE naming the job's type.
 
 It ties itself to the launcher (a SIGKILLed launcher takes it along, as it does torchrun's workers),
-then hands `run_script` to the XLA backend's `launch` (`torch_xla.launch`), which calls it once per
-replica: in this process for one replica; on XLA's CPU device as threads, on a TPU host in one
-process per chip. Each replica runs the script as `python SCRIPT ARGS` would (`__name__` is
-"__main__", `sys.argv` is `[SCRIPT, *ARGS]`, the script's folder first on `sys.path`).
+then hands `run_script` to the `start_replicas` of the job's launch hook (XLA's: `torch_xla.launch`),
+which calls it once per replica (XLA: in this process for one replica; on its CPU device as
+threads, on a TPU host in one process per chip). Each replica runs the script as
+`python SCRIPT ARGS` would (`__name__` is "__main__", `sys.argv` is `[SCRIPT, *ARGS]`, the
+script's folder first on `sys.path`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import runpy
 import signal
 import sys
 
-_USAGE = "usage: python -m accel_launch._xla_worker LAUNCHER_PID NUM_PROCESSES [-m] SCRIPT [ARGS...]"
+_USAGE = "usage: python -m accel_launch._replica_worker LAUNCHER_PID NUM_PROCESSES [-m] SCRIPT [ARGS...]"
 
 
 def run_script(script: str, script_args: list[str], module: bool) -> None:
@@ -50,13 +54,15 @@ def main() -> None:
         sys.stderr.write(f"accel launch: this job may outlive a killed launcher ({error})\n")
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    # run_script under the module's own name, not __main__'s: the replicas a TPU host spawns unpickle it.
-    from accel_launch._xla_worker import run_script as replica
-    from accel_state.environment.distributed_type import DistributedType
-    from accel_state.seam.backend import replica_launcher
+    # run_script under the module's own name, not __main__'s: replicas spawned elsewhere unpickle it.
+    from accel_launch._replica_worker import run_script as replica
+    from accel_state.environment import env_vars
+    from accel_state.seam.launch_hook import hook_for_type
 
-    launch = replica_launcher(DistributedType.XLA)
-    launch(replica, (script, script_args, module), num_processes=num_processes)
+    hook = hook_for_type(os.environ.get(env_vars.DISTRIBUTED_TYPE))
+    if hook.start_replicas is None:
+        raise SystemExit(f"accel launch: the {hook.title} launch hook does not start replicas itself")
+    hook.start_replicas(replica, (script, script_args, module), num_processes=num_processes)
 
 
 if __name__ == "__main__":
