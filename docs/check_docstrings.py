@@ -40,12 +40,9 @@ def find_definition(module: griffe.Module, name: str) -> griffe.Object | None:
     """Return the object `name` of `module`, following re-exports and lazy (PEP 562) homes."""
     member = module.members.get(name)
     if member is None:
-        # Not bound statically: a package-level __getattr__ imports it from one of its submodules.
-        for submodule in module.modules.values():
-            found = submodule.members.get(name)
-            if found is not None and not found.is_alias:
-                return found  # type: ignore[return-value]
-        return None
+        # Not bound statically: a package-level __getattr__ imports it from one of its submodules,
+        # at any depth (`accel_state.shared_state.partial_state`).
+        return _defined_below(module, name)
     if not member.is_alias:
         return member  # type: ignore[return-value]
     try:
@@ -57,6 +54,18 @@ def find_definition(module: griffe.Module, name: str) -> griffe.Object | None:
         if target_module not in collection:
             return None
         return find_definition(collection[target_module], target_name)
+
+
+def _defined_below(module: griffe.Module, name: str) -> griffe.Object | None:
+    """Return the first non-alias `name` defined in a submodule of `module`, searched depth first."""
+    for submodule in module.modules.values():
+        found = submodule.members.get(name)
+        if found is not None and not found.is_alias:
+            return found  # type: ignore[return-value]
+        deeper = _defined_below(submodule, name)
+        if deeper is not None:
+            return deeper
+    return None
 
 
 def is_ours(obj: griffe.Object) -> bool:
