@@ -5,7 +5,6 @@ Also the replica program every hook that starts its own replicas runs through.""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.metadata
 import os
 import re
@@ -233,6 +232,6 @@ def test_a_replaced_hook_is_what_the_commands_see(monkeypatch):
 
     hooks = launch_hooks()
     assert config_schema.HOOKS is hooks
-    fsdp = dataclasses.replace(hooks["FSDP"], title="Replaced")
+    fsdp = hooks["FSDP"]._replace(title="Replaced")
     monkeypatch.setitem(hooks, "FSDP", fsdp)
     assert effective_config.hook_of_type("FSDP") is fsdp

@@ -7,7 +7,6 @@ installed (the xla session); without it, test_launch_hooks checks the stand-in."
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import sys
@@ -191,7 +190,7 @@ class FakeXlaBackend:
 def fake_xla_backend(monkeypatch):
     FakeXlaBackend.calls = []
     hooks = launch_hooks()
-    monkeypatch.setitem(hooks, "XLA", dataclasses.replace(hooks["XLA"], start_replicas=FakeXlaBackend.launch))
+    monkeypatch.setitem(hooks, "XLA", hooks["XLA"]._replace(start_replicas=FakeXlaBackend.launch))
     monkeypatch.setenv("ACCEL_DISTRIBUTED_TYPE", "XLA")  # as an XLA device would make it
     return FakeXlaBackend
 

@@ -10,7 +10,6 @@ whether a GPU is there of the device files.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -241,8 +240,7 @@ def visible_gpu(environ: Mapping[str, str], dev: Path = Path("/dev")) -> bool:
     return any(any(dev.glob(pattern)) for pattern in _GPU_DEVICE_GLOBS)
 
 
-HOOK = dataclasses.replace(
-    DEEPSPEED,
+HOOK = DEEPSPEED._replace(
     keys=KEYS,
     passed_keys=PASSED_KEYS,
     questions=QUESTIONS,

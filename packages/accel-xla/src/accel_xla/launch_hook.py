@@ -11,7 +11,6 @@ the device files.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -125,8 +124,7 @@ def start_replicas(
     return launch_replicas(function, args, num_processes=num_processes, start_method=start_method)
 
 
-HOOK = dataclasses.replace(
-    XLA,
+HOOK = XLA._replace(
     check_launch=check_xla_installed,
     check_options=check_xla_options,
     worker_env=worker_env,

@@ -8,7 +8,7 @@ env vars its workers get (`worker_env`) and how its replicas start: through torc
 (the launcher's torchrun arguments), or its own `start_replicas` when its runtime starts them.
 
 Hooks are found through one registry: the `accel.launch_hooks` entry-point group (name: the hook's
-name, object: a `LaunchHook`), read once per process. accel-state declares its own (native, FSDP)
+name, object: a `LaunchHook`), read once per process. accel-state declares its in-tree backends'
 and the stand-ins of the adapters shipped apart; each adapter declares its hook, which replaces
 the stand-in of its name. This module, and every hook, imports no torch, click, yaml or engine:
 the CLI reads all hooks for `accel --help`.
@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from accel_state.seam.entry_points import entry_points
 
@@ -35,8 +34,7 @@ class LaunchHookError(ValueError):
     flag, env var or file key (or the entry point) at fault."""
 
 
-@dataclass(frozen=True)
-class ConfigKey:
+class ConfigKey(NamedTuple):
     """One key of the config file: its type, allowed values and default, and whether it has a flag."""
 
     name: str
@@ -49,7 +47,7 @@ class ConfigKey:
     flag: bool = True  # False for a key that has no flag of its own
     env_var: str | None = None  # the ACCEL_* variable that may set it (and that the workers read)
     # A section key that is the fallback of the top-level key of its name (Accelerate writes
-    # `deepspeed_config.gradient_accumulation_steps`), not a setting of its own.
+    # `<engine>_config.gradient_accumulation_steps`), not a setting of its own.
     top_level: bool = False
 
     @property
@@ -57,9 +55,8 @@ class ConfigKey:
         return self.flag and self.kind not in ("dict", "list") and not self.top_level
 
 
-@dataclass(frozen=True)
-class Selector:
-    """The switch that asks for an engine's job (`--use_deepspeed`): it sets distributed_type."""
+class Selector(NamedTuple):
+    """The switch that asks for an engine's job (`--use_<engine>`): it sets distributed_type."""
 
     names: tuple[str, ...]  # flag names without dashes, the first one named in messages
     help: str
@@ -74,8 +71,7 @@ def _always(section: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Question:
+class Question(NamedTuple):
     """One question `accel config` asks for a hook's section; the answer is stored under `key`.
 
     With an empty `prompt` nothing is asked and `default` is written. `when(section, config)`
@@ -123,8 +119,7 @@ class JobOptions(Protocol):
     def env(self) -> dict[str, str]: ...
 
 
-@dataclass(frozen=True)
-class WorkerJob:
+class WorkerJob(NamedTuple):
     """What a hook is told when it writes its workers' env vars."""
 
     num_processes: int
@@ -134,7 +129,7 @@ class WorkerJob:
 
 
 class ReplicaStarter(Protocol):
-    """How a runtime that starts a job's replicas itself (XLA's) runs a function on each."""
+    """How a runtime that starts a job's replicas itself (not torch's agent) runs a function on each."""
 
     def __call__(
         self,
@@ -155,16 +150,15 @@ def _no_options_check(options: JobOptions, environ: Mapping[str, str]) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class LaunchHook:
+class LaunchHook(NamedTuple):
     """An engine's part of a launch. Only `name`, `title` and `distributed_types` are required."""
 
     name: str  # its entry point's name
-    title: str  # for messages: "a DeepSpeed option", "the XLA job failed"
+    title: str  # for messages: "a <title> option", "the <title> job failed"
     distributed_types: tuple[str, ...]  # the types it starts; a selector sets the first
     cpu_types: tuple[str, ...] = ()  # those of them that may run on the CPU (`use_cpu`)
     selector: Selector | None = None
-    section: str | None = None  # its config-file section, e.g. "deepspeed_config"
+    section: str | None = None  # its config-file section, e.g. "<engine>_config"
     keys: tuple[ConfigKey, ...] = ()  # the section's typed keys
     passed_keys: tuple[str, ...] = ()  # section keys known but not read (misspellings are refused)
     questions: tuple[Question, ...] = ()
@@ -180,7 +174,7 @@ class LaunchHook:
     worker_env: Callable[[WorkerJob], dict[str, str]] | None = None
     # None: replicas start through torch's elastic agent, at the launcher's rendezvous.
     start_replicas: ReplicaStarter | None = None
-    article: str = "a"  # "a DeepSpeed option", "an FSDP option"
+    article: str = "a"  # "a <title> option" or "an <title> option"
     # A stand-in for an adapter that is not installed: it knows the selector and section so that
     # asking for the engine is refused by `check_launch` with the install line, not "no such option".
     stand_in: bool = False
@@ -243,7 +237,7 @@ _hooks: dict[str, LaunchHook] | None = None
 
 def launch_hooks() -> dict[str, LaunchHook]:
     """Return every registered hook by name, read once per process: an adapter's hook replaces
-    the stand-in of its name. The native hook (no selector) comes first, then the others by name."""
+    the stand-in of its name. The default hook (no selector) comes first, then the others by name."""
     global _hooks
     if _hooks is None:
         found: dict[str, LaunchHook] = {}
