@@ -109,13 +109,13 @@ def _square(x: int) -> int:
     return x * x
 
 
-def test_the_launcher_finds_the_backends_launch_through_the_seam():
-    from accel_state.seam.backend import BackendNotAvailableError, replica_launcher
-    from accel_xla import XlaBackend
+def test_the_launch_hook_starts_replicas_through_the_backends_launch_code():
+    from accel_state.seam.launch_hook import launch_hooks
 
-    assert replica_launcher("XLA") == XlaBackend.launch
-    with pytest.raises(BackendNotAvailableError, match="MULTI_CPU backend does not start replicas"):
-        replica_launcher("MULTI_CPU")
+    hook = launch_hooks()["XLA"]
+    assert not hook.stand_in
+    assert hook.start_replicas is not None
+    assert hook.start_replicas(_square, (4,), num_processes=1) == [16]
 
 
 def test_the_backends_launch_returns_the_replicas_results_in_this_process():

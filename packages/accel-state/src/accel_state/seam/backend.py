@@ -253,26 +253,11 @@ class BackendDefaults:
         """Nothing: the objects it handed to `release_at_exit` are all it holds of the group."""
 
 
-class ReplicaLauncher(Protocol):
-    """The optional `launch` method of a `BackendFactory` whose runtime starts a job's replicas
-    itself (threads of one process), which no torchrun-style launcher can do for it."""
-
-    def __call__(
-        self,
-        function: Callable[..., Any],
-        args: tuple[Any, ...] = (),
-        *,
-        num_processes: int = 1,
-        start_method: str = "spawn",
-    ) -> list[Any]:
-        """Run `function(*args)` on `num_processes` replicas; return each replica's result."""
-
-
 class BackendFactory(Protocol):
     """What is registered for a distributed type: it sets processes up and builds backends.
 
     Optional methods, read through the functions that name them (a factory without one keeps working):
-    `launch`, a `ReplicaLauncher` (`replica_launcher`); `manual_seed(seed: int) -> None`, which
+    `manual_seed(seed: int) -> None`, which
     seeds the generators the backend's device draws from besides torch's, for `set_seed`
     (`seed_backend_generators`).
     """
@@ -387,18 +372,6 @@ def _not_installed(name: str) -> BackendNotAvailableError:
         f"no backend is installed for distributed type {name}; "
         f"install its adapter package, {adapter} ({_install_line(adapter)})"
     )
-
-
-def replica_launcher(distributed_type: DistributedType | str) -> ReplicaLauncher:
-    """Return the `launch` of `distributed_type`'s factory, for a type whose runtime starts its replicas."""
-    distributed_type = DistributedType(distributed_type)
-    launch: ReplicaLauncher | None = getattr(backend_factory(distributed_type), "launch", None)
-    if launch is None:
-        raise BackendNotAvailableError(
-            f"the {distributed_type.value} backend does not start replicas itself; start its "
-            "processes with accel launch"
-        )
-    return launch
 
 
 def seed_backend_generators(distributed_type: DistributedType | str, seed: int) -> None:
