@@ -22,7 +22,7 @@ FP32_TOLERANCE = 1e-5
 # The plugin and the loop of Accelerate's fsdp_with_peak_mem_tracking example (its model and data
 # need the network: a small model and random data stand in), then a save_state of the run.
 PEAK_MEMORY_EXAMPLE = """\
-import json, sys
+import json, os, sys
 import torch
 from torch.distributed.fsdp.fully_sharded_data_parallel import FullOptimStateDictConfig, FullStateDictConfig
 from accel import Accelerator, DistributedType, FullyShardedDataParallelPlugin
@@ -48,14 +48,15 @@ for step, (x, y) in enumerate(loader):
     optimizer.zero_grad()
 accelerator.save_state(sys.argv[1])
 after = accelerator.get_state_dict(model)
-print("REPORT " + json.dumps({
+# One write per line: print() writes the newline separately, and the ranks share one pipe.
+os.write(sys.stdout.fileno(), ("REPORT " + json.dumps({
     "rank": accelerator.process_index,
     "type": accelerator.distributed_type.value,
     "state_dict_type": accelerator.fsdp_plugin.state_dict_type,
     "keys": sorted(after),
     "moved": max(float((after[k] - before[k]).abs().max()) for k in after),
     "devices": sorted({str(v.device) for v in after.values()}),
-}), flush=True)
+}) + "\\n").encode())
 """
 
 
