@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from accel_launch.cli import accel
 from accel_launch.config_file import ConfigLocation, read_config
-from accel_launch.config_schema import ConfigError
+from accel_launch.config_schema import STAND_IN_SECTIONS, ConfigError
 from accel_launch.effective_config import resolve_config
 
 
@@ -143,7 +143,33 @@ def test_an_unknown_key_in_any_section_is_one_line_with_the_closest_name(
 ):
     config = _write(tmp_path / "c.yaml", f"{section}:\n  {key}: 1\n")
     line = _one_error_line(CliRunner().invoke(accel, ["launch", "--config_file", config, script]))
-    assert line == f"accel: {config}: key '{section}.{key}' is unknown (did you mean '{section}.{close}'?)"
+    if section in STAND_IN_SECTIONS:  # the adapter that knows the section's keys is not installed
+        hook = STAND_IN_SECTIONS[section]
+        assert line.startswith(f"accel: {config}: section '{section}' is read by the {hook.title} adapter, ")
+        assert "which is not installed, so its keys cannot be checked" in line
+        assert str(hook.install_hint) in line
+    else:
+        assert (
+            line == f"accel: {config}: key '{section}.{key}' is unknown (did you mean '{section}.{close}'?)"
+        )
+    assert launched == []
+
+
+def test_a_section_of_an_adapter_that_is_not_installed_is_refused_naming_its_install_line(
+    tmp_path, launched, script
+):
+    """Its keys cannot be checked without the adapter: a file setting any is refused, never passed over."""
+    if not STAND_IN_SECTIONS:
+        pytest.skip(
+            "every adapter that reads a config section is installed here: its own hook checks the keys"
+        )
+    for section, hook in STAND_IN_SECTIONS.items():
+        config = _write(
+            tmp_path / f"{section}.yaml", f"distributed_type: MULTI_CPU\n{section}:\n  anything: 1\n"
+        )
+        line = _one_error_line(CliRunner().invoke(accel, ["launch", "--config_file", config, script]))
+        assert f"section '{section}' is read by the {hook.title} adapter" in line
+        assert str(hook.install_hint) in line
     assert launched == []
 
 

@@ -157,6 +157,11 @@ SECTIONS: dict[str, dict[str, ConfigKey]] = {
     for hook in HOOKS.values()
     if hook.section is not None and hook.keys
 }
+# The sections of adapters that are not installed: their keys cannot be checked, so a file that
+# sets any is refused with the install line rather than passed over unchecked.
+STAND_IN_SECTIONS: dict[str, LaunchHook] = {
+    hook.section: hook for hook in HOOKS.values() if hook.section is not None and hook.stand_in
+}
 # Every hook's section, typed or not: listed under its keys' own names, never as a mapping.
 HOOK_SECTIONS: tuple[str, ...] = tuple(key.name for key in _SECTION_KEYS)
 # The keys Accelerate writes in the sections accel reads little or nothing of (dynamo_config
@@ -330,6 +335,12 @@ def check_file_values(data: Any, where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: key '{name}' {error}") from None
         if name in SECTIONS and values[name] is not None:
             values[name] = check_section_values(name, values[name], where)
+        elif name in STAND_IN_SECTIONS and values[name]:
+            hook = STAND_IN_SECTIONS[name]
+            raise ConfigError(
+                f"{where}: section '{name}' is read by the {hook.title} adapter, which is not installed, "
+                f"so its keys cannot be checked. {hook.install_hint}"
+            )
         elif name in PASSED_SECTION_KEYS and values[name] is not None:
             for key in values[name]:
                 if not isinstance(key, str) or key not in PASSED_SECTION_KEYS[name]:
