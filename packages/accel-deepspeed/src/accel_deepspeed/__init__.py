@@ -7,10 +7,10 @@ hook (`accel_deepspeed.launch_hook`) for `accel --help`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from accel_deepspeed.__about__ import __version__
+from accel_state.lazy_exports import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:
     from accel_deepspeed.config_errors import DeepSpeedConfigError
@@ -18,24 +18,19 @@ if TYPE_CHECKING:
     from accel_deepspeed.plugin import DeepSpeedPlugin
 
 _HOMES = {
-    "DeepSpeedConfigError": "config_errors",
-    "DummyOptim": "placeholders",
-    "DummyScheduler": "placeholders",
-    "DeepSpeedPlugin": "plugin",
+    "DeepSpeedConfigError": ".config_errors",
+    "DummyOptim": ".placeholders",
+    "DummyScheduler": ".placeholders",
+    "DeepSpeedPlugin": ".plugin",
 }
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'accel_deepspeed' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"accel_deepspeed.{home}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+    return lazy_dir(__name__, _HOMES)
 
 
 __all__ = ["DeepSpeedConfigError", "DeepSpeedPlugin", "DummyOptim", "DummyScheduler", "__version__"]

@@ -1,9 +1,9 @@
 """accel-launch: the `accel` command line, `notebook_launcher` and the shared multi-process test helpers."""
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from accel_launch.__about__ import __version__
+from accel_state.lazy_exports import lazy_attribute
 
 if TYPE_CHECKING:
     from accel_launch.config_schema import ConfigError
@@ -14,21 +14,16 @@ if TYPE_CHECKING:
 # command line (`accel --help`) must not, and the config schema reads the launch hooks, which
 # `accel.tracking` (importing `run_logs.JSONL_FILE_NAME`) has no use for.
 _HOMES = {
-    "ConfigError": "config_schema",
-    "LaunchOptions": "launch_options",
-    "LaunchOptionsError": "launch_options",
-    "NotebookLaunchError": "notebook",
-    "notebook_launcher": "notebook",
+    "ConfigError": ".config_schema",
+    "LaunchOptions": ".launch_options",
+    "LaunchOptionsError": ".launch_options",
+    "NotebookLaunchError": ".notebook",
+    "notebook_launcher": ".notebook",
 }
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'accel_launch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"accel_launch.{home}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 __all__ = [

@@ -7,9 +7,9 @@ hook (`accel_xla.launch_hook`) for `accel --help`.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from accel_state.lazy_exports import lazy_attribute, lazy_dir
 from accel_xla.__about__ import __version__
 
 if TYPE_CHECKING:
@@ -18,24 +18,19 @@ if TYPE_CHECKING:
     from accel_xla.recompilation import RecompilationWarning
 
 _HOMES = {
-    "RecompilationWarning": "recompilation",
-    "XlaBackend": "backend",
-    "XlaConfigError": "backend",
-    "pad_to_multiple_of": "padding",
+    "RecompilationWarning": ".recompilation",
+    "XlaBackend": ".backend",
+    "XlaConfigError": ".backend",
+    "pad_to_multiple_of": ".padding",
 }
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'accel_xla' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"accel_xla.{home}"), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _HOMES, name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+    return lazy_dir(__name__, _HOMES)
 
 
 __all__ = ["RecompilationWarning", "XlaBackend", "XlaConfigError", "__version__", "pad_to_multiple_of"]

@@ -4,8 +4,9 @@ Names load on first use (PEP 562): the facade imports `checkpointing.registry` w
 and the writing and reading code loads at the first `save_state` or `load_state`.
 """
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from accel_state.lazy_exports import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:
     from accel.checkpointing.errors import CheckpointError, CheckpointTargetError, CheckpointWriteError
@@ -42,13 +43,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return lazy_dir(__name__, _LAZY)

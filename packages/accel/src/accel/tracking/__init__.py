@@ -5,8 +5,9 @@ Names load on first use (PEP 562): the facade imports `tracking.methods` when it
 trackers' code loads only for a run that asks for one.
 """
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from accel_state.lazy_exports import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:
     from accel.tracking.adapters import (
@@ -71,13 +72,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return lazy_dir(__name__, _LAZY)
