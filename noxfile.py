@@ -150,6 +150,7 @@ def install_packages(
     extra_for: Collection[str] | None = None,
     constraints: str = CONSTRAINTS,
     beside: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> None:
     """Install `packages` and their siblings from their folders in one resolver run, `packages` (or
     those of `extra_for`) with `extra`, and the requirements `beside` from the index."""
@@ -161,7 +162,48 @@ def install_packages(
     with_extra = packages if extra_for is None else extra_for
     targets = [f"{PACKAGES_DIR / name}[{extra}]" if name in with_extra else str(PACKAGES_DIR / name)
                for name in wanted]  # fmt: skip
-    session.install("-c", constraints, *targets, *beside)
+    share_torch(session, constraints)
+    session.install("-c", constraints, *targets, *beside, env=env)
+
+
+def _pinned_torch(constraints: str) -> str | None:
+    """Return the `torch==X` line of `constraints`, or None where the file pins no torch."""
+    for line in Path(constraints).read_text().splitlines():
+        if _requirement_name(line) == "torch" and "==" in line:
+            return line.split("#")[0].strip()
+    return None
+
+
+def _site_packages(session: nox.Session, python: str) -> Path:
+    output = session.run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                         silent=True, external=True)  # fmt: skip
+    return Path(str(output).strip().splitlines()[-1])
+
+
+def share_torch(session: nox.Session, constraints: str = CONSTRAINTS) -> None:
+    """Make the pinned torch of `constraints` importable in this session's venv from one shared venv.
+
+    torch takes about 1 GB installed; nine sessions holding a copy each filled CI's disk before the
+    XLA session's own torch could install. Instead torch is installed once per run into
+    `.nox/shared-torch-<version>`, and a `.pth` file puts that venv's site-packages at the end of
+    this venv's `sys.path`: pip then finds the pin satisfied and installs no second copy, while
+    everything the session installs itself still comes first. A venv whose constraints pin another
+    torch (XLA's) installs its own, beside its engine.
+    """
+    pin = _pinned_torch(constraints)
+    location = getattr(session.virtualenv, "location", None)
+    if constraints != CONSTRAINTS or pin is None or not location:
+        return
+    venv = Path(location)
+    shared = venv.parent / f"shared-torch-{pin.split('==')[1]}"
+    python = str(shared / "bin" / "python")
+    done = shared / "torch-installed"
+    if not done.exists():
+        session.run("python", "-m", "venv", "--clear", str(shared), external=True)
+        session.run(python, "-m", "pip", "install", "-q", "-c", constraints, pin, external=True)
+        done.write_text(pin + "\n")
+    link = _site_packages(session, "python") / "shared-torch.pth"
+    link.write_text(f"{_site_packages(session, python)}\n")
 
 
 @nox.session
@@ -231,10 +273,14 @@ def _ignored_engine_tests(folder: Path) -> list[str]:
 
 def install_engine(session: nox.Session, engine: Engine) -> dict[str, str]:
     """Install `engine`'s venv (the engine's pins first, then ours from their folders); return its env."""
+    share_torch(session, engine.constraints)
+    # An engine may pull a multi-GB torch of its own (XLA's CUDA build of 2.9.0): pip keeps no second
+    # copy of those downloads in its cache, which would double what the venv costs the disk.
+    no_cache = {"PIP_NO_CACHE_DIR": "1"}
     if engine.pins:
-        session.install("-c", engine.constraints, *engine.pins)
+        session.install("-c", engine.constraints, *engine.pins, env=no_cache)
     install_packages(session, *engine.packages, extra_for=engine.with_tests, constraints=engine.constraints,
-                     beside=engine.beside)  # fmt: skip
+                     beside=engine.beside, env=no_cache)  # fmt: skip
     # Ops an engine compiles (DeepSpeed's CPU Adam of the offload test) are built inside this venv.
     extensions = str(Path(session.virtualenv.location) / "torch_extensions")
     return {**engine.env, "TORCH_EXTENSIONS_DIR": extensions}
@@ -348,6 +394,7 @@ def bench(session: nox.Session) -> None:
     Arguments after `--` go to the runner: `nox -s bench -- --quick`, `-- --only training --rounds 7`.
     """
     # Accelerate is the contender, pinned to the version the targets were set against; matplotlib draws.
+    share_torch(session)
     session.install("-c", CONSTRAINTS, DEEPSPEED, "accelerate==1.15.0", "matplotlib")
     install_packages(session, *PACKAGES, ENGINES["deepspeed"].adapter)
     session.run("python", "-m", "benchmarks", *session.posargs, env={"OMP_NUM_THREADS": "1"})
