@@ -66,7 +66,7 @@ ENGINES = {
         tests=(
             PACKAGES_DIR / "accel-deepspeed" / "tests",
             # The launcher's DeepSpeed flags come from the adapter's launch hook: tested where installed.
-            PACKAGES_DIR / "accel-launch" / "tests" / "test_launch_deepspeed.py",
+            PACKAGES_DIR / "accel-launch" / "tests" / "launch" / "test_launch_deepspeed.py",
             INTEGRATION_TESTS / "deepspeed",
             EXAMPLE_TESTS / "test_deepspeed_zero3.py",
         ),
@@ -86,7 +86,7 @@ ENGINES = {
         tests=(
             PACKAGES_DIR / "accel-xla" / "tests",
             # The launcher's XLA flag and replica start come from the adapter's launch hook.
-            PACKAGES_DIR / "accel-launch" / "tests" / "test_launch_xla.py",
+            PACKAGES_DIR / "accel-launch" / "tests" / "launch" / "test_launch_xla.py",
             EXAMPLE_TESTS / "test_xla.py",
         ),
         figures="xla",

@@ -58,7 +58,13 @@ def torchrun(processes: int) -> list[str]:
 
 
 def accel_launch(processes: int) -> list[str]:
-    return [*console("accel", "accel_launch.cli"), "launch", "--cpu", "--num_processes", str(processes)]
+    return [
+        *console("accel", "accel_launch.commands.cli"),
+        "launch",
+        "--cpu",
+        "--num_processes",
+        str(processes),
+    ]
 
 
 def launcher(contender: str, processes: int) -> tuple[list[str], dict[str, str]]:

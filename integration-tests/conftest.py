@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

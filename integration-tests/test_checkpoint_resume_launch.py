@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_launch.testing import run_on_ranks
+from accel_launch.testing.ranks import run_on_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from accel_launch.ports import find_free_port
-from accel_launch.testing import stop_job
+from accel_launch.rendezvous.ports import find_free_port
+from accel_launch.testing.ranks import stop_job
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ GATHER_SCRIPT = textwrap.dedent(
 
 
 def _accel_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "accel_launch.cli", *args]
+    return [sys.executable, "-m", "accel_launch.commands.cli", *args]
 
 
 def test_cli_two_machines_on_loopback_gather_across_all_four_ranks(tmp_path):

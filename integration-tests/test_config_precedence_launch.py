@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _accel(*args: str, env: dict[str, str], timeout: int = 180) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "accel_launch.cli", *args]
+    command = [sys.executable, "-m", "accel_launch.commands.cli", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
 
 

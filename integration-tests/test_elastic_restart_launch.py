@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from torch.utils.data import IterableDataset
 
-from accel_launch.testing import run_on_ranks
+from accel_launch.testing.ranks import run_on_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_launch.testing import run_on_ranks
+from accel_launch.testing.ranks import run_on_ranks
 
 pytestmark = pytest.mark.slow
 

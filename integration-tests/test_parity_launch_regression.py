@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from accel_launch.run_logs import Run, load_runs, read_tensorboard
-from accel_launch.testing import run_on_ranks
+from accel_launch.runs.logs import Run, load_runs, read_tensorboard
+from accel_launch.testing.ranks import run_on_ranks
 
 pytestmark = [
     pytest.mark.slow,
@@ -68,7 +68,10 @@ def test_plot_draws_both_trackers_logs_of_two_launched_runs_launch(tmp_path):
     output = tmp_path / "curves.png"
     command = ["plot", str(tmp_path / "lr_0.1"), str(tmp_path / "lr_0.01"), "-o", str(output)]
     result = subprocess.run(
-        [sys.executable, "-m", "accel_launch.cli", *command], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "accel_launch.commands.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert "2 metric(s) of 2 run(s)" in result.stdout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 pytestmark = pytest.mark.slow
 

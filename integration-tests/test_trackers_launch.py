@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from accel_launch.testing import run_on_ranks
+from accel_launch.testing.ranks import run_on_ranks
 
 pytestmark = pytest.mark.slow
 

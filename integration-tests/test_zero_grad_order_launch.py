@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accel_launch.testing import run_on_ranks
+from accel_launch.testing.ranks import run_on_ranks
 
 pytestmark = pytest.mark.slow
 

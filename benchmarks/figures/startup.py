@@ -71,7 +71,7 @@ def rounds_of(
 
 def cli_commands() -> dict[str, dict[str, list[str]]]:
     """Return figure -> contender -> command of the CLI figures."""
-    accel = launchers.console("accel", "accel_launch.cli")
+    accel = launchers.console("accel", "accel_launch.commands.cli")
     accelerate = launchers.console("accelerate", "accelerate.commands.accelerate_cli")
     torchrun = launchers.console("torchrun", "torch.distributed.run")
     return {

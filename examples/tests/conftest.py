@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 EXAMPLES = Path(__file__).resolve().parents[1]
 
@@ -63,14 +63,15 @@ def _run_xla_example(
     import subprocess
     import sys
 
-    from accel_launch.testing import stop_job
+    from accel_launch.testing.ranks import stop_job
 
     # The launcher sets the XLA variables itself; debug mode's extra exchanges would add graphs.
     drop = ("CPU_NUM_DEVICES", "ACCEL_DISTRIBUTED_TYPE")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(PJRT_DEVICE="CPU", OMP_NUM_THREADS="1", ACCEL_DEBUG_MODE="0")
     command = [
-        sys.executable, "-m", "accel_launch.cli", "launch", "--xla", "--num_processes", str(num_processes),
+        sys.executable, "-m", "accel_launch.commands.cli", "launch", "--xla",
+        "--num_processes", str(num_processes),
         str(EXAMPLES / name), *(str(arg) for arg in script_args),
     ]  # fmt: skip
     process = subprocess.Popen(

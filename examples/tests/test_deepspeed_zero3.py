@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_launch.testing import launch_script
+from accel_launch.testing.ranks import launch_script
 
 pytest.importorskip(
     "deepspeed", reason="DeepSpeed is not installed: it runs in the nox session engines(backend='deepspeed')"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_launch.testing import launch_script, run_on_ranks
+from accel_launch.testing.ranks import launch_script, run_on_ranks
 
 pytest.importorskip(
     "deepspeed", reason="DeepSpeed is not installed: they run in the nox session engines(backend='deepspeed')"

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from accel_launch.testing import launch_script, run_on_ranks
+from accel_launch.testing.ranks import launch_script, run_on_ranks
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import warnings
 
 import torch.distributed
 
-from accel_deepspeed import deepspeed_warnings
+from accel_deepspeed import quiet_warnings as deepspeed_warnings
 
 
 def _shown(module: str, category: type[Warning]) -> bool:

@@ -57,7 +57,7 @@ def running_pids() -> Callable[[Path], list[int]]:
 @pytest.fixture
 def launched(monkeypatch):
     """Record what would be handed to torch.distributed.run instead of running it."""
-    from accel_launch import runner
+    from accel_launch.launch import runner
 
     calls: list[tuple[list[str], dict[str, str]]] = []
 

@@ -35,7 +35,7 @@ def _stagger_new_collectives() -> None:
     (patched once for the process, which the replicas are threads of)."""
     import torch_xla.runtime as xr
 
-    from accel_xla.communicator import XlaCommunicator
+    from accel_xla.engine.communicator import XlaCommunicator
 
     with _patching:
         if getattr(XlaCommunicator, "staggered", False):

@@ -75,7 +75,7 @@ def _launch(tmp_path: Path, num_processes: int, timeout: int) -> dict[int, dict]
     if num_processes > 1:  # the script staggers its replicas, which the launcher asks to be told
         env["CPU_NUM_DEVICES"] = str(num_processes)
     command = [
-        sys.executable, "-m", "accel_launch.cli", "launch", "--xla",
+        sys.executable, "-m", "accel_launch.commands.cli", "launch", "--xla",
         "--num_processes", str(num_processes), str(script), "--flag", "x",
     ]  # fmt: skip
     try:

@@ -10,11 +10,11 @@ import torch
 import torch_xla
 
 from accel_xla import RecompilationWarning, pad_to_multiple_of
-from accel_xla import recompilation as recompilation_module
-from accel_xla.communicator import XlaCommunicator
-from accel_xla.host import to_host
-from accel_xla.placement import MovedParameters, move_model, rebind_optimizer
-from accel_xla.recompilation import RecompilationWatch
+from accel_xla.engine import recompilation as recompilation_module
+from accel_xla.engine.communicator import XlaCommunicator
+from accel_xla.engine.host import to_host
+from accel_xla.engine.placement import MovedParameters, move_model, rebind_optimizer
+from accel_xla.engine.recompilation import RecompilationWatch
 
 
 def test_pad_to_multiple_of_pads_the_chosen_dim_of_every_tensor():

@@ -2,7 +2,7 @@
 
 Importing this package imports no deepspeed (that happens when a DeepSpeed run is set up) and no
 torch: its names are imported on first use (PEP 562), so that the launcher can read its launch
-hook (`accel_deepspeed.launch_hook`) for `accel --help`.
+hook (`accel_deepspeed.launch.hook`) for `accel --help`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from accel_deepspeed.__about__ import __version__
 from accel_state.lazy_exports import lazy_attribute, lazy_dir
 
 if TYPE_CHECKING:
-    from accel_deepspeed.config_errors import DeepSpeedConfigError
-    from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
-    from accel_deepspeed.plugin import DeepSpeedPlugin
+    from accel_deepspeed.config.errors import DeepSpeedConfigError
+    from accel_deepspeed.config.placeholders import DummyOptim, DummyScheduler
+    from accel_deepspeed.config.plugin import DeepSpeedPlugin
 
 _HOMES = {
-    "DeepSpeedConfigError": ".config_errors",
-    "DummyOptim": ".placeholders",
-    "DummyScheduler": ".placeholders",
-    "DeepSpeedPlugin": ".plugin",
+    "DeepSpeedConfigError": ".config.errors",
+    "DummyOptim": ".config.placeholders",
+    "DummyScheduler": ".config.placeholders",
+    "DeepSpeedPlugin": ".config.plugin",
 }
 
 

@@ -18,16 +18,16 @@ from typing import Any
 
 import torch
 
-from accel_deepspeed.config_errors import DeepSpeedConfigError
-from accel_deepspeed.config_resolution import ResolvedConfig, fill_prepare_values, resolve_config
-from accel_deepspeed.deepspeed_warnings import ignore_deepspeed_deprecations
-from accel_deepspeed.engine_objects import EnginePrecision, EngineScheduler
-from accel_deepspeed.engine_weights import consolidated_state_dict, load_full_state_dict
-from accel_deepspeed.optimizer_sections import check_optimizer, check_scheduler
-from accel_deepspeed.placeholders import DummyOptim, DummyScheduler
-from accel_deepspeed.plugin import DeepSpeedPlugin
-from accel_deepspeed.process_setup import setup_deepspeed_process
-from accel_deepspeed.teardown import destroy_engine, drop_deepspeed_groups
+from accel_deepspeed.config.errors import DeepSpeedConfigError
+from accel_deepspeed.config.optimizer_sections import check_optimizer, check_scheduler
+from accel_deepspeed.config.placeholders import DummyOptim, DummyScheduler
+from accel_deepspeed.config.plugin import DeepSpeedPlugin
+from accel_deepspeed.config.resolution import ResolvedConfig, fill_prepare_values, resolve_config
+from accel_deepspeed.engine.objects import EnginePrecision, EngineScheduler
+from accel_deepspeed.engine.process_setup import setup_deepspeed_process
+from accel_deepspeed.engine.teardown import destroy_engine, drop_deepspeed_groups
+from accel_deepspeed.engine.weights import consolidated_state_dict, load_full_state_dict
+from accel_deepspeed.quiet_warnings import ignore_deepspeed_deprecations
 from accel_state.backends.common import BackendBase, check_precision_supported, left_to_generic_code, unwrap
 from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.launch_env import LaunchEnvironment

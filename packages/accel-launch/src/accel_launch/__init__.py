@@ -6,19 +6,19 @@ from accel_launch.__about__ import __version__
 from accel_state.lazy_exports import lazy_attribute
 
 if TYPE_CHECKING:
-    from accel_launch.config_schema import ConfigError
-    from accel_launch.launch_options import LaunchOptions, LaunchOptionsError
-    from accel_launch.notebook import NotebookLaunchError, notebook_launcher
+    from accel_launch.config.schema import ConfigError
+    from accel_launch.launch.options import LaunchOptions, LaunchOptionsError
+    from accel_launch.notebook.launcher import NotebookLaunchError, notebook_launcher
 
 # The names are imported on first use (PEP 562): the notebook's module imports torch, which the
 # command line (`accel --help`) must not, and the config schema reads the launch hooks, which
 # `accel.tracking` (importing `run_logs.JSONL_FILE_NAME`) has no use for.
 _HOMES = {
-    "ConfigError": ".config_schema",
-    "LaunchOptions": ".launch_options",
-    "LaunchOptionsError": ".launch_options",
-    "NotebookLaunchError": ".notebook",
-    "notebook_launcher": ".notebook",
+    "ConfigError": ".config.schema",
+    "LaunchOptions": ".launch.options",
+    "LaunchOptionsError": ".launch.options",
+    "NotebookLaunchError": ".notebook.launcher",
+    "notebook_launcher": ".notebook.launcher",
 }
 
 

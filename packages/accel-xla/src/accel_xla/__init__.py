@@ -2,7 +2,7 @@
 
 Importing this package imports no torch_xla (that happens when an XLA run is set up) and no
 torch: its names are imported on first use (PEP 562), so that the launcher can read its launch
-hook (`accel_xla.launch_hook`) for `accel --help`.
+hook (`accel_xla.launch.hook`) for `accel --help`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from accel_xla.__about__ import __version__
 
 if TYPE_CHECKING:
     from accel_xla.backend import XlaBackend, XlaConfigError
-    from accel_xla.padding import pad_to_multiple_of
-    from accel_xla.recompilation import RecompilationWarning
+    from accel_xla.data.padding import pad_to_multiple_of
+    from accel_xla.engine.recompilation import RecompilationWarning
 
 _HOMES = {
-    "RecompilationWarning": ".recompilation",
+    "RecompilationWarning": ".engine.recompilation",
     "XlaBackend": ".backend",
     "XlaConfigError": ".backend",
-    "pad_to_multiple_of": ".padding",
+    "pad_to_multiple_of": ".data.padding",
 }
 
 

@@ -4,7 +4,7 @@ XLA traces the loop lazily and runs it as compiled graphs. `prepare` moves model
 device (re-tying shared weights and pointing optimizers at the moved parameters) and wraps
 loaders in `MpDeviceLoader`; the optimizer step averages gradients over the replicas, steps, and
 ends the step's graph (`torch_xla.sync()`); collectives run through XLA's own (see
-`accel_xla.communicator`). Replicas may be threads of one process, so the shared state is per
+`accel_xla.engine.communicator`). Replicas may be threads of one process, so the shared state is per
 thread. Nothing imports torch_xla before an XLA run is set up.
 """
 
@@ -24,11 +24,11 @@ from accel_state.environment.launch_env import LaunchEnvironment
 from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
-from accel_xla.first_replica import copy_from_first_replica, model_tensors
-from accel_xla.host import to_host
-from accel_xla.placement import MovedParameters, move_model, parameters_of, rebind_optimizer
-from accel_xla.recompilation import RecompilationWatch
-from accel_xla.step_boundary import StepBoundary
+from accel_xla.engine.first_replica import copy_from_first_replica, model_tensors
+from accel_xla.engine.host import to_host
+from accel_xla.engine.placement import MovedParameters, move_model, parameters_of, rebind_optimizer
+from accel_xla.engine.recompilation import RecompilationWatch
+from accel_xla.engine.step_boundary import StepBoundary
 
 
 class XlaConfigError(ValueError):
@@ -58,7 +58,7 @@ class XlaBackend(PrecisionSteps, BackendBase):
         process_group: ProcessGroupOptions | None = None,
     ) -> ProcessSetup:
         """Start XLA's runtime for this replica and return its device, rank and world size."""
-        from accel_xla.process_setup import setup_xla_process
+        from accel_xla.engine.process_setup import setup_xla_process
 
         return setup_xla_process(launch, cpu=cpu, timeout=timeout, process_group=process_group)
 
@@ -72,16 +72,16 @@ class XlaBackend(PrecisionSteps, BackendBase):
         start_method: str = "spawn",
     ) -> list[Any]:
         """Return `function(*args)` as each XLA replica computed it (`torch_xla.launch`; see
-        `accel_xla.launch`): how `accel launch --xla` and `notebook_launcher` start replicas."""
-        from accel_xla.launch import launch_replicas
+        `accel_xla.launch.replicas`): how `accel launch --xla` and `notebook_launcher` start replicas."""
+        from accel_xla.launch.replicas import launch_replicas
 
         return launch_replicas(function, args, num_processes=num_processes, start_method=start_method)
 
     @classmethod
     def manual_seed(cls, seed: int) -> None:
         """Seed this replica's XLA generator (`set_seed`); before XLA's runtime has started, at
-        each replica's setup (see `accel_xla.rng`)."""
-        from accel_xla.rng import seed_xla_generator
+        each replica's setup (see `accel_xla.engine.rng`)."""
+        from accel_xla.engine.rng import seed_xla_generator
 
         seed_xla_generator(seed)
 
@@ -123,7 +123,7 @@ class XlaBackend(PrecisionSteps, BackendBase):
     def _prepare_loader(self, loader: Any, device_placement: bool) -> Any:
         if not device_placement:
             return loader
-        from accel_xla.device_loader import XlaDeviceLoader
+        from accel_xla.data.device_loader import XlaDeviceLoader
 
         if isinstance(loader, XlaDeviceLoader):
             return loader
@@ -134,7 +134,7 @@ class XlaBackend(PrecisionSteps, BackendBase):
     def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
         """Return `change` applied to the prepared loader inside `loader`'s device loader, in a
         device loader again (`skip_first_batches`); `change(loader)` for any other loader."""
-        from accel_xla.device_loader import XlaDeviceLoader
+        from accel_xla.data.device_loader import XlaDeviceLoader
 
         if not isinstance(loader, XlaDeviceLoader):
             return change(loader)
@@ -186,7 +186,7 @@ class XlaBackend(PrecisionSteps, BackendBase):
     def save_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
         """Write this replica's XLA random state; every object is torch's, which the generic files
         hold (through to_host)."""
-        from accel_xla.rng import save_xla_rng_state
+        from accel_xla.engine.rng import save_xla_rng_state
 
         save_xla_rng_state(folder, self.state.process_index)
         return prepared
@@ -194,7 +194,7 @@ class XlaBackend(PrecisionSteps, BackendBase):
     def load_checkpoint(self, prepared: PreparedObjects, folder: Path) -> PreparedObjects:
         """Restore this replica's XLA random state (when the checkpoint has it); loading copies the
         generic files' host tensors into the device's parameters and state."""
-        from accel_xla.rng import load_xla_rng_state
+        from accel_xla.engine.rng import load_xla_rng_state
 
         load_xla_rng_state(folder, self.state.process_index)
         return prepared

@@ -2,15 +2,17 @@
 accel-xla), registered by accel-state and replaced by the adapter's own hook when it is installed.
 
 A stand-in knows what a user may ask for without the adapter (its selector flag, its config
-section, which it passes over unchecked) and its install line, so that asking for the engine is
-one line naming the install command rather than "no such option". The adapters' hooks take their
-selector, section and install line from here, so that both read the same.
+section, which it passes over unchecked, its other flags and env vars) and its install line, so
+that asking for the engine is one line naming the install command rather than "no such option".
+The adapters' hooks take their selector, section and install line from here, so that both read
+the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from accel_state.environment import env_vars
 from accel_state.seam.launch_hook import JobConfig, LaunchHook, LaunchHookError, Selector
 
 # Printed wherever the user is: the paths are the repository's (`accel` on PyPI is another project).
@@ -49,6 +51,26 @@ DEEPSPEED = LaunchHook(
     check_launch=refuse_with(DEEPSPEED_INSTALL_HINT),
     stand_in=True,
     install_hint=DEEPSPEED_INSTALL_HINT,
+    adapter_flags=(
+        "deepspeed_config_file",
+        "zero_stage",
+        "offload_optimizer_device",
+        "offload_param_device",
+        "gradient_clipping",
+        "zero3_init_flag",
+        "zero3_save_16bit_model",
+        "deepspeed_multinode_launcher",
+    ),
+    adapter_env_vars=(
+        env_vars.DEEPSPEED_CONFIG_FILE,
+        env_vars.DEEPSPEED_ZERO_STAGE,
+        env_vars.DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE,
+        env_vars.DEEPSPEED_OFFLOAD_PARAM_DEVICE,
+        env_vars.GRADIENT_CLIPPING,
+        env_vars.DEEPSPEED_ZERO3_INIT,
+        env_vars.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL,
+    ),
+    reported=(("accel_deepspeed", "accel-deepspeed"), ("deepspeed", "deepspeed")),
 )
 
 XLA = LaunchHook(
@@ -65,4 +87,5 @@ XLA = LaunchHook(
     check_launch=refuse_with(XLA_INSTALL_HINT),
     stand_in=True,
     install_hint=XLA_INSTALL_HINT,
+    reported=(("accel_xla", "accel-xla"), ("torch_xla", "torch-xla")),
 )

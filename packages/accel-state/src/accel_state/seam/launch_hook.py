@@ -49,6 +49,9 @@ class ConfigKey(NamedTuple):
     # A section key that is the fallback of the top-level key of its name (Accelerate writes
     # `<engine>_config.gradient_accumulation_steps`), not a setting of its own.
     top_level: bool = False
+    # What the launcher's check of `env_var` says is wrong with a value (None: fine); by default
+    # the check follows `kind`, `choices` and `minimum`.
+    env_check: Callable[[str], str | None] | None = None
 
     @property
     def has_flag(self) -> bool:
@@ -179,6 +182,12 @@ class LaunchHook(NamedTuple):
     # asking for the engine is refused by `check_launch` with the install line, not "no such option".
     stand_in: bool = False
     install_hint: str | None = None
+    # Known to a stand-in, so that they are refused with the install line: the flags (without
+    # dashes) and ACCEL_* variables its adapter adds. A test keeps them equal to the adapter's keys.
+    adapter_flags: tuple[str, ...] = ()
+    adapter_env_vars: tuple[str, ...] = ()
+    # (import name, distribution) of what `accel env` reports the versions of.
+    reported: tuple[tuple[str, str], ...] = ()
 
     @property
     def settings_keys(self) -> tuple[ConfigKey, ...]:

@@ -1,6 +1,6 @@
 """Test support shared by every package: a clean single-process world for unit tests.
 
-(Multi-process tests use `accel_launch.testing`, which launches real ranks.) Our own suites get
+(Multi-process tests use `accel_launch.testing.ranks`, which launches real ranks.) Our own suites get
 `single_process_environment` around every test from `accel_state.testing.pytest_plugin`.
 This module imports no torch, so that loading the plugin costs a suite that never uses torch nothing.
 """

@@ -19,7 +19,7 @@ from accel.checkpointing.layout import TRAINING_STATE_NAME, model_weights, suffi
 from accel.checkpointing.reader import FolderReader
 from accel.checkpointing.registry import CheckpointRegistry
 from accel.checkpointing.rng import restore_rng_states, rng_states
-from accel_data.stateful_loader import STATE_KEY as STATEFUL_LOADER_STATE
+from accel_data.loaders.stateful import STATE_KEY as STATEFUL_LOADER_STATE
 from accel_state import PreparedObjects
 
 

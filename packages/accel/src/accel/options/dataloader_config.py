@@ -23,6 +23,6 @@ class DataLoaderConfiguration:
 
     def __post_init__(self) -> None:
         if self.use_stateful_dataloader:
-            from accel_data.stateful_loader import stateful_dataloader_class
+            from accel_data.loaders.stateful import stateful_dataloader_class
 
             stateful_dataloader_class()  # ImportError in one line, here rather than at prepare

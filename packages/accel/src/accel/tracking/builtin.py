@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from accel.tracking.base import GeneralTracker, TrackerError, on_main_process
-from accel_launch.run_logs import JSONL_FILE_NAME  # `accel plot` reads what this tracker writes
+from accel_launch.runs.logs import JSONL_FILE_NAME  # `accel plot` reads what this tracker writes
 
 JSONL_CONFIG_FILE_NAME = "config.json"
 

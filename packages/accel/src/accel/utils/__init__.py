@@ -88,7 +88,7 @@ from accel.utils.imports import (
     is_xpu_available,
 )
 from accel.utils.operations import reduce
-from accel_data.rng_sync import synchronize_rng_states
+from accel_data.samplers.rng_sync import synchronize_rng_states
 from accel_state import (
     DDPCommunicationHookType,
     DistributedOperationException,

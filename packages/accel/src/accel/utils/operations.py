@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel_amp.precision import convert_to_fp32
+from accel_amp.precision.policies import convert_to_fp32
 from accel_state import (
     DistributedOperationException,
     broadcast,

@@ -1,0 +1,1 @@
+"""The user's optimizer and scheduler, wrapped to step only on real (sync) steps."""

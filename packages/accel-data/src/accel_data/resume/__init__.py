@@ -1,0 +1,1 @@
+"""Resuming mid-epoch: skip the first n batches without loading them."""

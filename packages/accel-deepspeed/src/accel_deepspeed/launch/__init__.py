@@ -1,0 +1,1 @@
+"""DeepSpeed's launch hook: its flags, config section, checks and env vars (torch-free)."""

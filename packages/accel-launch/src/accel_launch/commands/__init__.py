@@ -1,0 +1,1 @@
+"""The `accel` command line: the click group, its commands, and the text of `accel env`."""

@@ -1,0 +1,141 @@
+"""The questions of `accel config`, and the no-question config of `accel config default`.
+
+Both return a plain dict of config keys; writing it is config_file's job. The distributed types
+offered are those of the launch hooks that say so; a hook's questions fill its section.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from accel_launch.config.schema import COMPUTE_ENVIRONMENTS, HOOKS, RDZV_BACKENDS, SECTIONS
+from accel_state.environment.choices import DEFAULT_MASTER_PORT, MIXED_PRECISION_CHOICES
+from accel_state.seam.launch_hook import LaunchHook, Question
+
+
+def ask_config() -> dict[str, Any]:
+    """Return the config built from the user's answers (click prompts with choices and defaults)."""
+    config: dict[str, Any] = {
+        "compute_environment": click.prompt(
+            "In which compute environment are you running?",
+            type=click.Choice(COMPUTE_ENVIRONMENTS[:1]),
+            default="LOCAL_MACHINE",
+        )
+    }
+    offered = [kind for hook in HOOKS.values() if hook.offered_by_config for kind in hook.distributed_types]
+    distributed_type = click.prompt(
+        "Which type of machine are you using?", type=click.Choice(offered), default="NO"
+    )
+    config["distributed_type"] = distributed_type
+    config.update(num_machines=1, machine_rank=0, num_processes=1)
+    if distributed_type != "NO":
+        config.update(_ask_machines())
+        config["num_processes"] = click.prompt(
+            "How many processes in total on this machine?",
+            type=click.IntRange(min=1),
+            default=2 if distributed_type == "MULTI_CPU" else 1,
+        )
+    hook = next(hook for hook in HOOKS.values() if distributed_type in hook.distributed_types)
+    if hook.section is not None and hook.questions:
+        config[hook.section] = _ask_section(hook, config)
+    if distributed_type == "MULTI_GPU":
+        config["use_cpu"] = False
+        config["gpu_ids"] = click.prompt(
+            "Which GPUs (by id) should be used on this machine, as a comma-separated list?", default="all"
+        )
+    elif distributed_type == "MULTI_CPU":
+        config["use_cpu"] = True
+    else:
+        config["use_cpu"] = click.confirm(
+            "Do you want to run your training on the CPU only (even if a GPU is available)?", default=False
+        )
+    config["debug"] = click.confirm(
+        "Should distributed operations be checked while running for errors (shape checks, slower)?",
+        default=False,
+    )
+    config["mixed_precision"] = click.prompt(
+        "Do you wish to use mixed precision?", type=click.Choice(MIXED_PRECISION_CHOICES), default="no"
+    )
+    config["gradient_accumulation_steps"] = click.prompt(
+        "How many batches should gradients be accumulated over before an optimizer step?",
+        type=click.IntRange(min=1),
+        default=1,
+    )
+    return config
+
+
+def _ask_section(hook: LaunchHook, config: dict[str, Any]) -> dict[str, Any]:
+    """Return `hook`'s section from the answers to its questions (those that apply, in order)."""
+    section: dict[str, Any] = {}
+    keys = SECTIONS.get(str(hook.section), {})
+    for question in hook.questions:
+        if not question.when(section, config):
+            continue
+        answer = _ask(question)
+        if question.optional and answer == "":
+            continue
+        key = keys.get(question.key)
+        section[question.key] = int(answer) if key is not None and key.kind == "int" else answer
+    return section
+
+
+def _ask(question: Question) -> Any:
+    if not question.prompt:
+        return question.default
+    if question.confirm:
+        return click.confirm(question.prompt, default=question.default)
+    if question.choices:
+        return click.prompt(question.prompt, type=click.Choice(question.choices), default=question.default)
+    shown = question.default not in (None, "")
+    return click.prompt(question.prompt, default=question.default, show_default=shown).strip()
+
+
+def _ask_machines() -> dict[str, Any]:
+    num_machines = click.prompt(
+        "How many different machines will you use?", type=click.IntRange(min=1), default=1
+    )
+    answers: dict[str, Any] = {"num_machines": num_machines}
+    if num_machines == 1:
+        return answers
+    answers["machine_rank"] = click.prompt(
+        "What is the rank of this machine?", type=click.IntRange(0, num_machines - 1), default=0
+    )
+    answers["main_process_ip"] = click.prompt("What is the IP address of the machine with rank 0?")
+    answers["main_process_port"] = click.prompt(
+        "What is the port of the machine with rank 0?",
+        type=click.IntRange(1, 65535),
+        default=DEFAULT_MASTER_PORT,
+    )
+    answers["rdzv_backend"] = click.prompt(
+        "What rendezvous backend will you use?", type=click.Choice(RDZV_BACKENDS), default="static"
+    )
+    answers["same_network"] = click.confirm("Are all the machines on the same local network?", default=True)
+    return answers
+
+
+def basic_config(mixed_precision: str = "no", cuda_device_count: int = 0) -> dict[str, Any]:
+    """Return a config for this machine without questions: every GPU, else one CPU process."""
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "machine_rank": 0,
+        "num_machines": 1,
+        "mixed_precision": mixed_precision,
+        "rdzv_backend": "static",
+        "same_network": True,
+        "main_training_function": "main",
+        "downcast_bf16": False,
+        "enable_cpu_affinity": False,
+        "gradient_accumulation_steps": 1,
+    }
+    if cuda_device_count > 1:
+        config.update(
+            distributed_type="MULTI_GPU", num_processes=cuda_device_count, use_cpu=False, gpu_ids="all"
+        )
+    elif cuda_device_count == 1:
+        config.update(distributed_type="NO", num_processes=1, use_cpu=False, gpu_ids="all")
+    else:
+        config.update(distributed_type="NO", num_processes=1, use_cpu=True)
+    return config

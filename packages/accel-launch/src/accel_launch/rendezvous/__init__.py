@@ -1,0 +1,1 @@
+"""A one-machine job's rendezvous, which listens on loopback only, and its free ports."""

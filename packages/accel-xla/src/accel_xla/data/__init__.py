@@ -1,0 +1,1 @@
+"""Batches for XLA: the device loader, and padding to static shapes."""

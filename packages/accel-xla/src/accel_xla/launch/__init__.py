@@ -1,0 +1,1 @@
+"""XLA's launch: its torch-free launch hook, and running a function on every replica."""
