@@ -10,7 +10,6 @@ here is imported before a DeepSpeed run is asked for, and deepspeed itself only 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import importlib.util
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,8 +29,7 @@ from accel_deepspeed.engine.weights import consolidated_state_dict, load_full_st
 from accel_deepspeed.quiet_warnings import ignore_deepspeed_deprecations
 from accel_state.backends.common import BackendBase, check_precision_supported, left_to_generic_code, unwrap
 from accel_state.backends.teardown import release_at_exit
-from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessRequest, ProcessSetup
 from accel_state.seam.precision_protocol import Precision
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
@@ -52,15 +50,9 @@ class DeepSpeedBackend(BackendBase):
         return importlib.util.find_spec("deepspeed") is not None
 
     @classmethod
-    def setup_process(
-        cls,
-        launch: LaunchEnvironment,
-        *,
-        cpu: bool,
-        timeout: datetime.timedelta,
-        process_group: ProcessGroupOptions | None = None,
-    ) -> ProcessSetup:
-        return setup_deepspeed_process(launch, cpu=cpu, timeout=timeout, process_group=process_group)
+    def setup_process(cls, request: ProcessRequest) -> ProcessSetup:
+        """Join the process group (a group of one for a lone process) and start DeepSpeed's comm on it."""
+        return setup_deepspeed_process(request)
 
     def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:
         options = options or BackendOptions()

@@ -20,7 +20,7 @@ from accel_state.backends.common import (
     unwrap,
 )
 from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import BackendOptions
+from accel_state.seam.backend import BackendOptions, ProcessRequest
 from accel_state.seam.precision_protocol import FullPrecision
 
 CPU_STATE = SimpleNamespace(
@@ -162,6 +162,6 @@ def test_a_lone_process_joins_no_group_unless_its_engine_needs_one():
     import torch.distributed as dist
 
     lone = LaunchEnvironment(rank=0, world_size=1, local_rank=0, local_world_size=1)
-    device, group_backend = join_job(lone, cpu=True, timeout=datetime.timedelta(seconds=10))
+    device, group_backend = join_job(ProcessRequest(lone, cpu=True, timeout=datetime.timedelta(seconds=10)))
     assert (device, group_backend) == (torch.device("cpu"), None)
     assert not dist.is_initialized()

@@ -10,7 +10,6 @@ thread. Nothing imports torch_xla before an XLA run is set up.
 
 from __future__ import annotations
 
-import datetime
 import importlib.util
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,8 +19,7 @@ import torch
 
 from accel_state.backends.common import BackendBase, check_precision_supported
 from accel_state.backends.precision_steps import PrecisionSteps
-from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessRequest, ProcessSetup
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
 from accel_xla.engine.first_replica import copy_from_first_replica, model_tensors
@@ -49,18 +47,11 @@ class XlaBackend(PrecisionSteps, BackendBase):
         return importlib.util.find_spec("torch_xla") is not None
 
     @classmethod
-    def setup_process(
-        cls,
-        launch: LaunchEnvironment,
-        *,
-        cpu: bool,
-        timeout: datetime.timedelta,
-        process_group: ProcessGroupOptions | None = None,
-    ) -> ProcessSetup:
+    def setup_process(cls, request: ProcessRequest) -> ProcessSetup:
         """Start XLA's runtime for this replica and return its device, rank and world size."""
         from accel_xla.engine.process_setup import setup_xla_process
 
-        return setup_xla_process(launch, cpu=cpu, timeout=timeout, process_group=process_group)
+        return setup_xla_process(request)
 
     @classmethod
     def launch(

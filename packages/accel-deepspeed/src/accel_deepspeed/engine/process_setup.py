@@ -15,28 +15,19 @@ from accel_deepspeed.quiet_warnings import ignore_deepspeed_deprecations, use_cu
 from accel_state.backends.common import join_job
 from accel_state.environment import env_vars
 from accel_state.environment.distributed_type import DistributedType
-from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import ProcessGroupOptions, ProcessSetup
+from accel_state.seam.backend import ProcessRequest, ProcessSetup
 from accel_state.seam.communication import TorchCommunicator
 
 
-def setup_deepspeed_process(
-    launch: LaunchEnvironment,
-    *,
-    cpu: bool,
-    timeout: datetime.timedelta,
-    process_group: ProcessGroupOptions | None = None,
-) -> ProcessSetup:
+def setup_deepspeed_process(request: ProcessRequest) -> ProcessSetup:
     """Pick the device, join the process group (one of one for a lone process), and start
     DeepSpeed's communication on it."""
-    device, group_backend = join_job(
-        launch, cpu=cpu, timeout=timeout, process_group=process_group, group_of_one=True
-    )
+    device, group_backend = join_job(request, group_of_one=True)
     if device.type == "cpu":
         # DeepSpeed picks its accelerator once, at first use: tell it before it is imported.
         os.environ.setdefault(env_vars.DS_ACCELERATOR, "cpu")
     assert group_backend is not None  # group_of_one: there always is a group
-    _start_deepspeed_comm(group_backend, timeout, on_cpu=device.type == "cpu")
+    _start_deepspeed_comm(group_backend, request.timeout, on_cpu=device.type == "cpu")
     return ProcessSetup(DistributedType.DEEPSPEED, device, group_backend, TorchCommunicator())
 
 

@@ -9,7 +9,6 @@ gives a backend these as defaults; it overrides what its engine does differently
 from __future__ import annotations
 
 import contextlib
-import datetime
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -18,9 +17,9 @@ from typing import Any, Protocol, cast
 import torch
 
 from accel_state.environment.device import choose_device, choose_process_group_backend
-from accel_state.environment.launch_env import LaunchEnvironment, export_for_torch
+from accel_state.environment.launch_env import export_for_torch
 from accel_state.process_group.group import init_process_group, init_single_process_group
-from accel_state.seam.backend import BackendDefaults, ProcessGroupOptions
+from accel_state.seam.backend import BackendDefaults, ProcessRequest
 from accel_state.seam.prepared_objects import PreparedObjects
 
 
@@ -67,20 +66,13 @@ class BackendBase(BackendDefaults):
         return prepared
 
 
-def join_job(
-    launch: LaunchEnvironment,
-    *,
-    cpu: bool,
-    timeout: datetime.timedelta,
-    process_group: ProcessGroupOptions | None = None,
-    group_of_one: bool = False,
-) -> tuple[torch.device, str | None]:
+def join_job(request: ProcessRequest, *, group_of_one: bool = False) -> tuple[torch.device, str | None]:
     """Pick this rank's device and join the job's process group; return both (backend None: no group).
 
     A lone process joins no group, unless `group_of_one` (an engine that needs a group to exist).
     """
-    process_group = process_group or ProcessGroupOptions()
-    device = choose_device(cpu, launch.local_rank)
+    launch, timeout, process_group = request.launch, request.timeout, request.process_group
+    device = choose_device(request.cpu, launch.local_rank)
     if not (launch.is_distributed or group_of_one):
         return device, None
     group_backend = choose_process_group_backend(device, process_group.backend)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 
@@ -61,6 +62,17 @@ class ProcessGroupOptions:
 
     backend: str | None = None
     init_method: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessRequest:
+    """What setting a process up is asked: where the launcher put it, whether on the CPU, how long
+    a collective may wait, and what the user asked of the process group."""
+
+    launch: LaunchEnvironment
+    cpu: bool
+    timeout: datetime.timedelta
+    process_group: ProcessGroupOptions = ProcessGroupOptions()
 
 
 @dataclass(frozen=True)
@@ -267,18 +279,11 @@ class BackendFactory(Protocol):
     def is_available(self) -> bool:
         """Return True when the backend's libraries can be imported (imports lazily)."""
 
-    def setup_process(
-        self,
-        launch: LaunchEnvironment,
-        *,
-        cpu: bool,
-        timeout: datetime.timedelta,
-        process_group: ProcessGroupOptions | None = None,
-    ) -> ProcessSetup:
+    def setup_process(self, request: ProcessRequest) -> ProcessSetup:
         """Join the job's process group (once) and choose this process's device.
 
-        `process_group` is passed only when the user asked for something, so a factory that
-        takes no such argument keeps working until a user does.
+        Factories written for accel 0.1 take `(launch, *, cpu, timeout[, process_group])`
+        instead; `setup_process` below calls either.
         """
 
     def __call__(self, state: Any, options: BackendOptions) -> Backend:
@@ -398,3 +403,17 @@ def create_backend(
 ) -> Backend:
     """Return the backend object for `distributed_type` on the process described by `state`."""
     return backend_factory(distributed_type)(state, options or BackendOptions())
+
+
+def setup_process(factory: BackendFactory, request: ProcessRequest) -> ProcessSetup:
+    """Return `factory`'s set-up of this process for `request`, in either form a factory takes."""
+    parameters = inspect.signature(factory.setup_process).parameters
+    if "request" in parameters or "cpu" not in parameters:
+        return factory.setup_process(request)
+    # accel 0.1's keyword form; `process_group` only when the user asked for something, so that a
+    # factory without the parameter keeps working until a user does.
+    extra: dict[str, Any] = {}
+    if request.process_group != ProcessGroupOptions():
+        extra["process_group"] = request.process_group
+    legacy: Any = factory.setup_process
+    return cast(ProcessSetup, legacy(request.launch, cpu=request.cpu, timeout=request.timeout, **extra))

@@ -18,7 +18,7 @@ from accel_state.environment.distributed_type import DistributedType, resolve_di
 from accel_state.environment.launch_env import detect_launch_environment
 from accel_state.process_group import group as process_group
 from accel_state.process_group import timeouts
-from accel_state.seam.backend import ProcessGroupOptions, backend_factory
+from accel_state.seam.backend import ProcessGroupOptions, ProcessRequest, backend_factory, setup_process
 from accel_state.shared_state.splitting import split_for_process
 from accel_state.shared_state.storage import SharedDict, per_thread_state, use_per_thread_state
 
@@ -120,9 +120,7 @@ class PartialState:
         check_collectives = debug or unset or asked
         resolved_timeout = resolve_timeout(timeout)
         group = ProcessGroupOptions(backend=backend, init_method=init_method)
-        # Passed only when asked for, so factories written before the option keep working.
-        extra = {"process_group": group} if group != ProcessGroupOptions() else {}
-        setup = factory.setup_process(found, cpu=cpu, timeout=resolved_timeout, **extra)
+        setup = setup_process(factory, ProcessRequest(found, cpu, resolved_timeout, group))
         found = setup.launch or found  # a runtime that assigns ranks itself (XLA) knows better
         self.launch_environment = found
         self.num_processes = found.world_size

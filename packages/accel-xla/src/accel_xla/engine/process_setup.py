@@ -7,26 +7,19 @@ Under PJRT the runtime, not the launcher, knows the replicas: on a CPU host with
 
 from __future__ import annotations
 
-import datetime
-
 from accel_state.environment.distributed_type import DistributedType
 from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import ProcessGroupOptions, ProcessSetup
+from accel_state.seam.backend import ProcessRequest, ProcessSetup
 from accel_xla.engine.communicator import XlaCommunicator
 from accel_xla.engine.rng import apply_seed_at_setup
 
 
-def setup_xla_process(
-    launch: LaunchEnvironment,
-    *,
-    cpu: bool,
-    timeout: datetime.timedelta,
-    process_group: ProcessGroupOptions | None = None,
-) -> ProcessSetup:
+def setup_xla_process(request: ProcessRequest) -> ProcessSetup:
     """Return this replica's XLA device and its place among the replicas; XLA's collectives carry
     every exchange, so no torch.distributed group is joined."""
-    del cpu, timeout  # the XLA device is the device; its collectives run in compiled graphs
-    if process_group is not None and process_group.backend not in (None, "xla"):
+    # `cpu` and `timeout` do not apply: the XLA device is the device, its collectives run in graphs.
+    process_group = request.process_group
+    if process_group.backend not in (None, "xla"):
         raise ValueError(
             f"an XLA run exchanges data through XLA's collectives; process group backend "
             f"{process_group.backend!r} (InitProcessGroupKwargs) cannot be used with it"
@@ -43,8 +36,8 @@ def setup_xla_process(
         world_size=world_size,
         local_rank=xr.local_ordinal(),
         local_world_size=local_world_size,
-        master_addr=launch.master_addr,
-        master_port=launch.master_port,
+        master_addr=request.launch.master_addr,
+        master_port=request.launch.master_port,
         source="xla",
     )
     return ProcessSetup(DistributedType.XLA, device, "xla", XlaCommunicator(), launch=replicas)

@@ -10,7 +10,6 @@ clipping measures the global norm over the shards. Pure torch: nothing to instal
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import weakref
 from collections.abc import Iterator
@@ -38,8 +37,7 @@ from accel_state.backends.fsdp.wrap import apply_activation_checkpointing, modul
 from accel_state.backends.precision_steps import PrecisionSteps
 from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.distributed_type import DistributedType
-from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessRequest, ProcessSetup
 from accel_state.seam.communication import TorchCommunicator
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
@@ -57,18 +55,9 @@ class FsdpBackend(PrecisionSteps, BackendBase):
         return True
 
     @classmethod
-    def setup_process(
-        cls,
-        launch: LaunchEnvironment,
-        *,
-        cpu: bool,
-        timeout: datetime.timedelta,
-        process_group: ProcessGroupOptions | None = None,
-    ) -> ProcessSetup:
+    def setup_process(cls, request: ProcessRequest) -> ProcessSetup:
         """Pick the device and join the process group (a group of one for a lone process: FSDP needs one)."""
-        device, group_backend = join_job(
-            launch, cpu=cpu, timeout=timeout, process_group=process_group, group_of_one=True
-        )
+        device, group_backend = join_job(request, group_of_one=True)
         return ProcessSetup(DistributedType.FSDP, device, group_backend, TorchCommunicator())
 
     def __init__(self, state: ProcessFacts, options: BackendOptions | None = None) -> None:

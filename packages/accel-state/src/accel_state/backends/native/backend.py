@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +15,7 @@ from accel_state.backends.native.ddp_options import DdpOptions
 from accel_state.backends.precision_steps import PrecisionSteps
 from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.distributed_type import DistributedType
-from accel_state.environment.launch_env import LaunchEnvironment
-from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessGroupOptions, ProcessSetup
+from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessRequest, ProcessSetup
 from accel_state.seam.communication import TorchCommunicator
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
@@ -37,17 +35,10 @@ class NativeBackend(PrecisionSteps, BackendBase):
         return True
 
     @classmethod
-    def setup_process(
-        cls,
-        launch: LaunchEnvironment,
-        *,
-        cpu: bool,
-        timeout: datetime.timedelta,
-        process_group: ProcessGroupOptions | None = None,
-    ) -> ProcessSetup:
+    def setup_process(cls, request: ProcessRequest) -> ProcessSetup:
         """Pick this rank's GPU (or the CPU) and join the job's gloo/nccl process group."""
-        device, group_backend = join_job(launch, cpu=cpu, timeout=timeout, process_group=process_group)
-        if not launch.is_distributed:
+        device, group_backend = join_job(request)
+        if not request.launch.is_distributed:
             return ProcessSetup(DistributedType.NO, device, None, TorchCommunicator())
         kind = DistributedType.MULTI_GPU if device.type == "cuda" else DistributedType.MULTI_CPU
         return ProcessSetup(kind, device, group_backend, TorchCommunicator())
