@@ -250,7 +250,13 @@ def _flip_a_byte(path):
 
 @pytest.mark.parametrize(
     "name",
-    ["optimizer.bin", "scheduler.bin", "custom_checkpoint_0.pt", "training_state.json", "random_states_0.pt"],
+    [
+        "optimizer.bin",
+        "scheduler.bin",
+        "custom_checkpoint_0.pt",
+        "training_state.json",
+        "random_states_0.safetensors",
+    ],
 )
 def test_a_corrupt_file_is_reported_before_any_object_changes(tmp_path, name):
     objects = _setup()
