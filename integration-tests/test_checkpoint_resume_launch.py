@@ -117,7 +117,7 @@ def test_resume_in_fresh_jobs_matches_uninterrupted_run_launch(
     assert saved
     for metadata in saved:  # each rank's files are checked by what they hold
         files = json.loads(metadata.read_text())["files"]
-        assert all("content" in files[f"random_states_{rank}.pt"] for rank in range(2)), metadata
+        assert all("content" in files[f"random_states_{rank}.safetensors"] for rank in range(2)), metadata
 
 
 # SIGKILL during saves ----------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def load_with_rank_one_corrupt(folder):
     _train_step(accelerator, model, optimizer)
     before = _digest(model, optimizer)
     if accelerator.is_main_process:
-        path = Path(folder) / "random_states_1.pt"
+        path = Path(folder) / "random_states_1.safetensors"
         data = bytearray(path.read_bytes())
         data[len(data) // 2] ^= 0x01  # in the generators' words: it still loads, and differs
         path.write_bytes(bytes(data))
@@ -76,17 +76,15 @@ def load_with_rank_one_corrupt(folder):
 def test_a_corrupt_file_of_one_rank_changes_nothing_on_any_rank_launch(tmp_path):
     results = run_on_ranks(load_with_rank_one_corrupt, 2, str(tmp_path / "c"))
     (error_0, unchanged_0), (error_1, unchanged_1) = results
-    assert error_1 is not None and "random_states_1.pt is corrupt" in error_1
+    assert error_1 is not None and "random_states_1.safetensors is corrupt" in error_1
     assert error_0 is not None and error_0.startswith("load_state failed on rank 1: ")
-    assert "random_states_1.pt is corrupt" in error_0
+    assert "random_states_1.safetensors is corrupt" in error_0
     assert unchanged_0 and unchanged_1
 
 
 def save_with_a_full_disk_on_rank_one(folder):
     """Save once, then again with rank 1's disk full; return (error, seconds, step loaded afterwards)."""
-    import errno
-
-    import torch
+    import safetensors.torch
 
     from accel.checkpointing.errors import CheckpointError
 
@@ -94,14 +92,18 @@ def save_with_a_full_disk_on_rank_one(folder):
     accelerator.step = 1
     accelerator.save_state(folder)
     accelerator.step = 2
-    torch_save = torch.save
+    save_file = safetensors.torch.save_file
 
-    def full(obj, f, *args, **kwargs):
-        torch_save(obj, f, *args, **kwargs)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def full(tensors, filename, *args, **kwargs):
+        # Rank 1 writes only its random states: the disk fills while they are written, as
+        # safetensors reports it.
+        save_file(tensors, filename, *args, **kwargs)
+        raise safetensors.SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
 
     if accelerator.process_index == 1:
-        torch.save = full
+        safetensors.torch.save_file = full
     started = time.monotonic()
     try:
         accelerator.save_state(folder)
@@ -109,7 +111,7 @@ def save_with_a_full_disk_on_rank_one(folder):
     except CheckpointError as caught:
         error = str(caught)
     seconds = time.monotonic() - started
-    torch.save = torch_save
+    safetensors.torch.save_file = save_file
     accelerator.wait_for_everyone()
     accelerator.load_state(folder)
     return error, seconds, accelerator.step
@@ -120,7 +122,7 @@ def test_a_full_disk_on_one_rank_fails_every_rank_at_once_launch(tmp_path):
     (error_0, seconds_0, step_0), (error_1, seconds_1, step_1) = results
     assert error_1 is not None
     assert error_1.startswith("no space left on device while writing ")
-    assert error_1.endswith("random_states_1.pt")
+    assert error_1.endswith("random_states_1.safetensors")
     assert error_0 == f"save_state failed on rank 1: {error_1}"
     assert seconds_0 < 15 and seconds_1 < 15  # not after the 20 s collective timeout
     assert step_0 == step_1 == 1  # the previous checkpoint survived

@@ -250,7 +250,13 @@ def _flip_a_byte(path):
 
 @pytest.mark.parametrize(
     "name",
-    ["optimizer.bin", "scheduler.bin", "custom_checkpoint_0.pt", "training_state.json", "random_states_0.pt"],
+    [
+        "optimizer.bin",
+        "scheduler.bin",
+        "custom_checkpoint_0.pt",
+        "training_state.json",
+        "random_states_0.safetensors",
+    ],
 )
 def test_a_corrupt_file_is_reported_before_any_object_changes(tmp_path, name):
     objects = _setup()
@@ -288,6 +294,10 @@ def _listing_outside_file(folder: Path, outside: Path, how: str) -> None:
         (folder / "model.safetensors").unlink()
         (folder / "model.safetensors").symlink_to(outside)
         name = "model.safetensors"
+    elif how == "linked_folder":  # a folder on the way is the link: `weights/model.safetensors`
+        (folder / "model.safetensors").unlink()
+        (folder / "weights").symlink_to(outside.parent)
+        name = f"weights/{outside.name}"
     else:
         name = str(outside) if how == "absolute" else f"../{outside.name}"
     metadata["files"][name] = entry
@@ -295,7 +305,7 @@ def _listing_outside_file(folder: Path, outside: Path, how: str) -> None:
     (folder / METADATA_NAME).write_text(json.dumps(metadata))
 
 
-@pytest.mark.parametrize("how", ["parent", "absolute", "symlink"])
+@pytest.mark.parametrize("how", ["parent", "absolute", "symlink", "linked_folder"])
 def test_files_outside_the_checkpoint_folder_are_refused(tmp_path, how):
     objects = _setup()
     folder = Path(save_state(objects[0], tmp_path / "c"))
@@ -305,6 +315,15 @@ def test_files_outside_the_checkpoint_folder_are_refused(tmp_path, how):
     with pytest.raises(CheckpointError, match=r"which (leaves|is a symbolic link that leads outside) the"):
         load_state(objects[0], folder)
     assert _live_state(*objects) == before
+
+
+def test_a_symbolic_link_that_stays_inside_the_folder_loads(tmp_path):
+    objects = _setup()
+    folder = Path(save_state(objects[0], tmp_path / "c"))
+    (folder / "weights").mkdir()
+    (folder / "model.safetensors").rename(folder / "weights" / "model.safetensors")
+    (folder / "model.safetensors").symlink_to(folder / "weights" / "model.safetensors")
+    load_state(objects[0], folder)
 
 
 # 4. Failed writes and file modes ----------------------------------------------------------------------

@@ -18,11 +18,12 @@ from safetensors.torch import load_file
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator, set_seed
-from accel.checkpointing import load_state, save_state
+from accel.checkpointing import load_state, rng, save_state
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.folder import recover_folder
 from accel.checkpointing.format import METADATA_NAME
 from accel.checkpointing.naming import list_checkpoints
+from accel.checkpointing.reader import _load_safetensors
 from accel.checkpointing.registry import registry_of
 from accel.checkpointing.weight_files import parse_size, save_model
 from accel.options.project_config import ProjectConfiguration
@@ -86,7 +87,7 @@ def test_files_and_metadata(tmp_path):
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted([
         "checkpoint.json", "custom_checkpoint_0.pt", "model.safetensors", "optimizer.bin",
-        "random_states_0.pt", "scaler.pt", "scheduler.bin", "training_state.json",
+        "random_states_0.safetensors", "scaler.pt", "scheduler.bin", "training_state.json",
     ])  # fmt: skip
     meta = json.loads((folder / METADATA_NAME).read_text())
     assert meta["num_processes"] == 1 and meta["format_version"] == 3
@@ -252,11 +253,14 @@ def test_format_1_checkpoints_checked_by_sha256_still_load(tmp_path):
     _train(acc, model, optimizer, scheduler, list(loader)[:1], counter)
     folder = Path(save_state(acc, tmp_path / "c"))
     expected = (random.random(), np.random.rand(), torch.rand(1))
-    rng_file = folder / "random_states_0.pt"  # accel 0.1 kept the generators' words as lists
-    states = torch.load(rng_file, weights_only=True)
+    # accel 0.1 kept the random states in a torch file, the generators' words as lists.
+    new_file = folder / "random_states_0.safetensors"
+    states = rng._from_file(_load_safetensors(new_file))
     states["python"][1], states["numpy"][1] = states["python"][1].tolist(), states["numpy"][1].tolist()
-    torch.save(states, rng_file)
+    torch.save(states, folder / "random_states_0.pt")
+    new_file.unlink()
     meta = json.loads((folder / METADATA_NAME).read_text())
+    meta["files"]["random_states_0.pt"] = meta["files"].pop("random_states_0.safetensors")
     meta["format_version"] = 1
     meta["files"] = {
         name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}

@@ -29,6 +29,15 @@ def member_problem(root: Path, name: Any) -> str | None:
     pure = PurePosixPath(name)
     if pure.is_absolute() or ".." in pure.parts:
         return "leaves the checkpoint folder"
+    # Without a symbolic link on the way, `root / name` is inside `root` (resolved, no `..`): one
+    # lstat per part, where resolving the whole path costs one per part of the absolute path.
+    path = root
+    for part in pure.parts:
+        path = path / part
+        if path.is_symlink():
+            break
+    else:
+        return None
     if not (root / pure).resolve().is_relative_to(root):
         return "is a symbolic link that leads outside the checkpoint folder"
     return None

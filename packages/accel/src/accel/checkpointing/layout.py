@@ -5,7 +5,7 @@ Files of a checkpoint folder (Accelerate's names where it has them):
     model.safetensors, model_<i>.safetensors   (pytorch_model[_<i>].bin with safe_serialization=False)
     optimizer[_<i>].bin, scheduler[_<i>].bin, scaler.pt, custom_checkpoint_<i>.pt
     training_state.json                         step counter and each data loader's position
-    random_states_<rank>.pt                     one per rank, written by that rank
+    random_states_<rank>.safetensors            one per rank, written by that rank (older: .pt)
     checkpoint.json                             format, process count, every file's size and checksum
 """
 

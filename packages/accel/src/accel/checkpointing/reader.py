@@ -8,6 +8,7 @@ the folder are refused. Reading never unpickles arbitrary objects: safetensors, 
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -131,9 +132,13 @@ class FolderReader:
         if pending is not None:
             yield pending.result()
 
-    def _check_bytes(self, name: str) -> None:
+    def _check_bytes(self, name: str, data: bytes | None = None) -> None:
+        """Check file `name` by the sha256 of its bytes (`data`, when they were read already)."""
         expected = self.files[name].get("sha256")
-        if expected is not None and file_digest(self.folder / name) != expected:
+        if expected is None:
+            return
+        found = file_digest(self.folder / name) if data is None else hashlib.sha256(data).hexdigest()
+        if found != expected:
             raise CheckpointError(
                 f"{self.folder / name} is corrupt: its sha256 differs from the one recorded in "
                 f"{self.metadata_path}"
@@ -145,6 +150,8 @@ class FolderReader:
             raise CheckpointError(
                 f"{path} is not part of the checkpoint ({self.metadata_path} does not list it)"
             )
+        if path.suffix == ".json":  # small: read once, checked and parsed from the same bytes
+            return self._load_json(name, path)
         self._check_bytes(name)
         load, what = _LOADERS.get(path.suffix, _TORCH_LOADER)
         try:
@@ -155,6 +162,18 @@ class FolderReader:
                 raise CheckpointError(f"{path} cannot be loaded as {what}: it holds {refused}") from error
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise CheckpointError(f"{path} is corrupt: it cannot be loaded as {what}: {reason}") from error
+
+    def _load_json(self, name: str, path: Path) -> Any:
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise CheckpointError(f"{path} cannot be read: {error}") from error
+        self._check_bytes(name, data)
+        try:
+            return json.loads(data)
+        except ValueError as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise CheckpointError(f"{path} is corrupt: it cannot be loaded as JSON: {reason}") from error
 
     def _checked(self, name: str, value: Any) -> Any:
         entry = self.files[name]
@@ -210,10 +229,7 @@ def _load_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
 
 
 _TORCH_LOADER = (_load_torch, "a weights-only torch file (tensors and plain containers only)")
-_LOADERS: dict[str, tuple[Callable[[Path], Any], str]] = {
-    ".safetensors": (_load_safetensors, "safetensors"),
-    ".json": (lambda path: json.loads(path.read_bytes()), "JSON"),
-}
+_LOADERS: dict[str, tuple[Callable[[Path], Any], str]] = {".safetensors": (_load_safetensors, "safetensors")}
 
 
 def _refused_global(error: Exception) -> str | None:

@@ -18,7 +18,7 @@ from accel.checkpointing.fit import LAYOUT_KEY, check_optimizer_fits, check_weig
 from accel.checkpointing.layout import TRAINING_STATE_NAME, model_weights, suffix
 from accel.checkpointing.reader import FolderReader
 from accel.checkpointing.registry import CheckpointRegistry
-from accel.checkpointing.rng import restore_rng_states, rng_states
+from accel.checkpointing.rng import older_rng_file_name, restore_rng_states, rng_file_name, rng_states
 from accel_data.loaders.stateful import STATE_KEY as STATEFUL_LOADER_STATE
 from accel_state import PreparedObjects
 
@@ -106,8 +106,17 @@ def files_to_read(meta: dict[str, Any], reader: FolderReader, rank: int) -> list
     names += ["scaler.pt"] if reader.has("scaler.pt") else []
     names += [f"custom_checkpoint_{i}.pt" for i in range(int(meta.get("num_custom_objects") or 0))]
     # A rank beyond the saving job's (a resharded load) has no random states of its own: it keeps its own.
-    random_states = [f"random_states_{rank}.pt"] if reader.has(f"random_states_{rank}.pt") else []
+    random_states = [name for name in [random_states_file(reader, rank)] if name is not None]
     return names + [TRAINING_STATE_NAME, *random_states]
+
+
+def random_states_file(reader: FolderReader, rank: int) -> str | None:
+    """Return the name of `rank`'s random states in the checkpoint (accel 0.1's too); None when the
+    saving job had no such rank (a resharded load)."""
+    for name in (rng_file_name(rank), older_rng_file_name(rank)):
+        if reader.has(name):
+            return name
+    return None
 
 
 Restore = tuple[str, Callable[[Any], Any], Callable[[Any], None]]
@@ -154,9 +163,10 @@ def restore_plan(
 
     training = functools.partial(_training_state, len(loaders))
     restores.append((TRAINING_STATE_NAME, training, restore_training_state))
-    if reader.has(f"random_states_{rank}.pt"):
+    random_states = random_states_file(reader, rank)
+    if random_states is not None:
         rng = functools.partial(restore_rng_states, loaders)
-        restores.append((f"random_states_{rank}.pt", rng_states, rng))
+        restores.append((random_states, rng_states, rng))
     return restores
 
 

@@ -29,7 +29,7 @@ from accel.checkpointing.restore import (
     files_to_read,
     restore_plan,
 )
-from accel.checkpointing.rng import portable_rng_states
+from accel.checkpointing.rng import portable_rng_states, rng_file, rng_file_name
 from accel.checkpointing.writer import FolderWriter
 from accel_state import PartialState, PreparedObjects, barrier, gather_object
 from accel_state.process_group.timeouts import named_collective
@@ -64,8 +64,8 @@ def save_state(
             hook(models, weights, str(temporary))
         if state.is_main_process:
             counts = _write_main_files(accelerator, prepared, registry, writer, weights, safe_serialization)
-        rng_name = f"random_states_{state.process_index}.pt"
-        writer.write_torch(rng_name, portable_rng_states(prepared.data_loaders))
+        tensors, metadata = rng_file(portable_rng_states(prepared.data_loaders))
+        writer.write_safetensors(rng_file_name(state.process_index), tensors, metadata)
     except Exception as error:  # noqa: BLE001 - every rank learns of it in commit_folder
         failure = error
     except BaseException:
