@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from accel_launch.config.schema import (
     PARALLELISM_DIMENSIONS,
@@ -19,8 +19,20 @@ from accel_launch.config.schema import (
     ConfigError,
 )
 
-if TYPE_CHECKING:
-    from accel_launch.config.effective import EffectiveConfig
+
+class ResolvedConfig(Protocol):
+    """What the checks read of an effective config (accel_launch.config.effective.EffectiveConfig,
+    which imports this module): each value, its source, whether it was given, and where."""
+
+    @property
+    def sources(self) -> dict[str, str]: ...
+
+    def __getitem__(self, name: str) -> Any: ...
+
+    def given(self, name: str) -> Any: ...
+
+    def where(self, name: str) -> str: ...
+
 
 # Why a context-parallel size above 1 cannot run on the CPU.
 CP_NEEDS_CUDA = (
@@ -34,7 +46,7 @@ def setting_of(dimension: str) -> str:
     return f"parallelism_config_{dimension}_size"
 
 
-def mesh_sizes(config: EffectiveConfig) -> dict[str, int]:
+def mesh_sizes(config: ResolvedConfig) -> dict[str, int]:
     """Return each mesh dimension's size when use_parallelism_config is on, else an empty dict."""
     if not config[PARALLELISM_SWITCH.name]:
         return {}
@@ -61,7 +73,7 @@ def mesh_problem(
     )
 
 
-def check_parallelism(config: EffectiveConfig) -> None:
+def check_parallelism(config: ResolvedConfig) -> None:
     """Raise ConfigError for parallelism settings that no job could run, naming where each was set.
 
     A size set by a flag or env var while use_parallelism_config is off would be ignored by the
@@ -108,5 +120,5 @@ def check_parallelism(config: EffectiveConfig) -> None:
         )
 
 
-def _source_of(config: EffectiveConfig, name: str) -> str:
+def _source_of(config: ResolvedConfig, name: str) -> str:
     return "default" if config.sources[name] == "default" else config.where(name)
