@@ -17,15 +17,7 @@ import click
 from click.core import ParameterSource
 
 from accel_launch.__about__ import __version__
-from accel_launch.config.schema import (
-    HOOKS,
-    KEYS,
-    PARALLELISM_SWITCH,
-    SECTION_SETTINGS,
-    SETTINGS,
-    ConfigError,
-    ConfigKey,
-)
+from accel_launch.config.schema import HOOKS, KEYS, SECTION_SETTINGS, SETTINGS, ConfigError, ConfigKey
 from accel_launch.launch.options import (
     TEE_CHOICES,
     LaunchOptions,
@@ -106,11 +98,9 @@ def _selector_option(selector: Selector) -> Callable[[Callable[..., Any]], Calla
 
 
 def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add one flag per scalar config key to a command (in the table's order in `--help`), then
-    --use_parallelism_config and each launch hook's selector, then the section flags (the
-    parallelism sizes, the hooks' keys), which take a value as Accelerate's do."""
+    """Add one flag per scalar config key to a command (in the table's order in `--help`), then each
+    launch hook's selector, then the hooks' section flags, which take a value as Accelerate's do."""
     options = [_key_option(key) for key in KEYS.values() if key.has_flag]
-    options.append(_key_option(PARALLELISM_SWITCH))
     options += [_selector_option(hook.selector) for hook in HOOKS.values() if hook.selector is not None]
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
     for option in reversed(options):
@@ -249,7 +239,6 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
     import os
 
     from accel_launch.config.effective import check_launchable
-    from accel_launch.config.parallelism import mesh_sizes
     from accel_launch.launch.env_check import check_accel_env
     from accel_launch.launch.machine_limits import check_process_count
 
@@ -276,7 +265,6 @@ def _launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             enable_cpu_affinity=bool(config["enable_cpu_affinity"]),
             dynamo_backend=config["dynamo_backend"],
             engine_settings=hook.settings(config),
-            parallelism=mesh_sizes(config),
             max_restarts=flags["max_restarts"],
             monitor_interval=flags["monitor_interval"],
             module=flags["module"],
