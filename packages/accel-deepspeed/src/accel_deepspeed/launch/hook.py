@@ -18,7 +18,6 @@ from typing import Any
 from accel_state.backends.adapter_stand_ins import DEEPSPEED, DEEPSPEED_INSTALL_HINT
 from accel_state.environment import env_vars
 from accel_state.environment.choices import DEEPSPEED_OFFLOAD_DEVICES, ZERO_STAGES
-from accel_state.environment.json_object import json_object_problem
 from accel_state.seam.launch_hook import (
     ConfigKey,
     JobConfig,
@@ -40,6 +39,8 @@ _GPU_DEVICE_GLOBS = ("nvidia[0-9]*", "kfd", "dxg")
 
 def _config_file_problem(raw: str) -> str | None:
     """Return what is wrong with ACCEL_DEEPSPEED_CONFIG_FILE's value (a JSON file or inline JSON)."""
+    from accel_state.environment.json_object import json_object_problem  # json only when checked
+
     problem = json_object_problem(raw)
     return None if problem is None else f"is not a usable DeepSpeed config ({problem})"
 
