@@ -19,7 +19,7 @@ from accel_state.seam.launch_hook import LaunchHookError, Selector
 
 
 def fail(error: LaunchHookError) -> click.ClickException:
-    """Return the click error for `error`: a flag's reads like click's own, a file's or env var's names that."""
+    """Return the click error for `error`: a flag's reads like click's own; a file's names the file."""
     message = str(error)
     if message.startswith("--"):
         return click.UsageError(message)
