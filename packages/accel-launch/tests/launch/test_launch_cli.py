@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -140,6 +141,48 @@ def test_help_does_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "Usage: accel launch" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_group_help_lists_every_command_without_the_schema_hooks_or_options():
+    code = textwrap.dedent(
+        """
+        import atexit, sys
+        heavy = ("accel_launch.config.schema", "accel_state.seam.launch_hook", "accel_launch.launch.options")
+        atexit.register(lambda: print("LOADED", sorted(m for m in heavy if m in sys.modules)))
+        sys.argv = ["accel", "--help"]
+        from accel_launch.commands.cli import main
+        main()
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "LOADED []"
+    listed = result.stdout.partition("Commands:")[2].split()
+    assert {"config", "env", "launch", "plot", "test"} <= set(listed)
+
+
+@pytest.mark.parametrize("limit", [20, 45, 74, 200])
+def test_the_group_lists_each_command_with_its_own_short_help(limit):
+    from accel_launch.commands.cli import COMMANDS
+
+    for name, lazy in COMMANDS.items():
+        command = accel.get_command(click.Context(accel), name)
+        assert command is not None and command.name == name
+        standing_in = click.Command(name, help=lazy.summary)
+        assert standing_in.get_short_help_str(limit) == command.get_short_help_str(limit), name
+
+
+def test_the_names_moved_out_of_the_cli_module_stay_importable_from_it():
+    from accel_launch.commands import cli, launch_command
+
+    assert cli.launch is launch_command.launch
+    assert isinstance(cli.config, click.Group) and cli.config_show.name == "show"
+    assert cli.TEST_SCRIPT_GROUP == "accel.test_scripts"
+    assert "load_effective_config" in dir(cli)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = cli.nothing_here
+    assert CliRunner().invoke(accel, ["nothing"]).exit_code == 2
 
 
 @pytest.mark.slow
