@@ -243,15 +243,44 @@ def test_a_replaced_hook_is_what_the_commands_see(monkeypatch):
     assert effective_config.hook_of_type("FSDP") is fsdp
 
 
-def test_a_flag_of_an_adapter_that_is_not_installed_is_refused_with_its_install_line(tmp_path):
-    hook = launch_hooks()["DEEPSPEED"]
-    if not hook.stand_in:
-        pytest.skip("accel-deepspeed is installed here: its flags are real (the engines session tests them)")
-    script = tmp_path / "train.py"
-    script.write_text("print('ran')\n")
-    for flag in ("--zero_stage", "--zero_stage=2"):
-        result = CliRunner().invoke(accel, ["launch", "--cpu", flag, "2", str(script)])
-        assert result.exit_code == 2, result.output
-        assert "--zero_stage is a DeepSpeed option." in result.output
-        assert hook.install_hint in " ".join(result.output.split())
-        assert "ran" not in result.output
+# The CLI as it is without accel-deepspeed: its entry points are hidden before the hooks are read.
+_WITHOUT_DEEPSPEED = """
+import sys
+from accel_state.seam import entry_points, launch_hook
+real = entry_points.entry_points
+launch_hook.entry_points = lambda group, path=None: [
+    e for e in real(group, path) if e.distribution != "accel_deepspeed"
+]
+from click.testing import CliRunner
+from accel_launch.commands.cli import accel
+result = CliRunner().invoke(accel, sys.argv[1:])
+print(result.exit_code)
+print(result.output)
+"""
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["launch", "--cpu", "--zero_stage", "2", "train.py"],
+        ["launch", "--cpu", "--zero_stage=2", "train.py"],
+        ["launch", "--zero3_init_flag", "true", "--cpu", "train.py"],
+        ["config", "show", "--zero_stage", "2"],
+    ],
+)
+def test_a_flag_of_an_adapter_that_is_not_installed_is_refused_with_its_install_line(tmp_path, arguments):
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    found = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_DEEPSPEED, *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ACCEL_CONFIG_FILE": str(tmp_path / "none.yaml")},
+    )
+    code, _, output = found.stdout.partition("\n")
+    assert code == "2", found.stdout + found.stderr
+    name = next(a for a in arguments if a.startswith("--z")).partition("=")[0]
+    assert f"{name} is a DeepSpeed option." in output
+    assert adapter_stand_ins.DEEPSPEED_INSTALL_HINT in " ".join(output.split())
+    assert "ran" not in output

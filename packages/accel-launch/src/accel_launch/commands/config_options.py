@@ -15,7 +15,7 @@ from click.core import ParameterSource
 
 from accel_launch.commands.common import ConfigProblem, flag
 from accel_launch.config.schema import HOOKS, KEYS, SECTION_SETTINGS, SETTINGS, ConfigError, ConfigKey
-from accel_state.seam.launch_hook import LaunchHookError, Selector
+from accel_state.seam.launch_hook import LaunchHook, LaunchHookError, Selector
 
 
 def fail(error: LaunchHookError) -> click.ClickException:
@@ -57,12 +57,26 @@ def _selector_option(selector: Selector) -> Callable[[Callable[..., Any]], Calla
     return click.option(*declarations, selector.parameter, is_flag=True, default=False, help=selector.help)
 
 
+def _adapter_flag_option(hook: LaunchHook, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Return a hidden option for flag `name` of the adapter a stand-in hook stands for: given, it is
+    refused with the adapter's install line (without the adapter the flag has no meaning here)."""
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:
+            raise click.UsageError(f"--{name} is {hook.article} {hook.title} option. {hook.install_hint}")
+
+    return click.option(*flag(name)[:-1], hidden=True, expose_value=False, default=None, callback=refuse)
+
+
 def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add one flag per scalar config key to a command (in the table's order in `--help`), then each
-    launch hook's selector, then the hooks' section flags, which take a value as Accelerate's do."""
+    launch hook's selector, then the hooks' section flags, which take a value as Accelerate's do, and
+    (hidden) the flags of adapters that are not installed."""
     options = [_key_option(key) for key in KEYS.values() if key.has_flag]
     options += [_selector_option(hook.selector) for hook in HOOKS.values() if hook.selector is not None]
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
+    options += [_adapter_flag_option(hook, name) for hook in HOOKS.values() if hook.stand_in
+                for name in hook.adapter_flags]  # fmt: skip
     for option in reversed(options):
         func = option(func)
     return func

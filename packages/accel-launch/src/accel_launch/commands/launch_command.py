@@ -17,7 +17,7 @@ import click
 
 from accel_launch.commands.common import CONTEXT, config_file_option, flag
 from accel_launch.commands.config_options import config_key_options, fail, given_flags, load_effective_config
-from accel_launch.config.schema import HOOKS, ConfigError
+from accel_launch.config.schema import ConfigError
 from accel_launch.launch.options import (
     TEE_CHOICES,
     LaunchOptions,
@@ -89,7 +89,6 @@ def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flag
     if script.startswith("-"):
         # ignore_unknown_options turns an unknown flag into a positional, so a mistyped flag of ours
         # arrives here in the script's place.
-        _refuse_an_adapter_flag(script)
         known = [opt for param in ctx.command.params for opt in getattr(param, "opts", [])]
         raise click.NoSuchOption(script, possibilities=known, ctx=ctx)
     options = launch_options(ctx, flags)
@@ -99,14 +98,6 @@ def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flag
     except LaunchOptionsError as error:
         raise click.UsageError(str(error)) from None
     sys.exit(run(options, script, script_args))
-
-
-def _refuse_an_adapter_flag(flag: str) -> None:
-    """Refuse `flag` with the install line when it is a flag of an adapter that is not installed."""
-    name = flag.lstrip("-").partition("=")[0]
-    for hook in HOOKS.values():
-        if hook.stand_in and name in hook.adapter_flags:
-            raise click.UsageError(f"--{name} is {hook.article} {hook.title} option. {hook.install_hint}")
 
 
 def launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:

@@ -26,14 +26,6 @@ def _boolean(raw: str) -> str | None:
     return None if raw.lower() in _BOOLEAN_WORDS else "is not a boolean (use 1/0, true/false)"
 
 
-def _positive_integer(raw: str) -> str | None:
-    try:
-        value = int(raw)
-    except ValueError:
-        return "is not an integer"
-    return None if value >= 1 else "must be at least 1"
-
-
 def _positive_seconds(raw: str) -> str | None:
     try:
         value = float(raw)
@@ -56,12 +48,37 @@ def _anything(raw: str) -> str | None:
     return None
 
 
+def _integer_at_least(minimum: int | None) -> Callable[[str], str | None]:
+    def check(raw: str) -> str | None:
+        try:
+            value = int(raw)
+        except ValueError:
+            return "is not an integer"
+        return None if minimum is None or value >= minimum else f"must be at least {minimum}"
+
+    return check
+
+
+def _number_at_least(minimum: float | None) -> Callable[[str], str | None]:
+    def check(raw: str) -> str | None:
+        try:
+            value = float(raw)
+        except ValueError:
+            return "is not a number"
+        if not math.isfinite(value) or (minimum is not None and value < minimum):
+            at_least = "" if minimum is None else f" of {minimum:g} or more"
+            return f"must be a finite number{at_least}"
+        return None
+
+    return check
+
+
 # The ACCEL_* variables of accel_state.environment.env_vars that are no engine's, and what their
 # values must be. An engine's come from its launch hook's keys (`env_checks`).
 CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.USE_CPU: _boolean,
     env_vars.MIXED_PRECISION: _one_of(MIXED_PRECISION_CHOICES),
-    env_vars.GRADIENT_ACCUMULATION_STEPS: _positive_integer,
+    env_vars.GRADIENT_ACCUMULATION_STEPS: _integer_at_least(1),
     env_vars.DEBUG_MODE: _boolean,
     env_vars.TIMEOUT: _positive_seconds,
     env_vars.DISTRIBUTED_TYPE: lambda raw: _one_of(launchable_types())(raw),
@@ -76,32 +93,6 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
 }
 
 
-def _integer_at_least(minimum: int) -> Callable[[str], str | None]:
-    def check(raw: str) -> str | None:
-        try:
-            value = int(raw)
-        except ValueError:
-            return "is not an integer"
-        return None if value >= minimum else f"must be at least {minimum}"
-
-    return check
-
-
-def _number_at_least(minimum: float) -> Callable[[str], str | None]:
-    def check(raw: str) -> str | None:
-        try:
-            value = float(raw)
-        except ValueError:
-            return "is not a number"
-        return (
-            None
-            if math.isfinite(value) and value >= minimum
-            else f"must be a finite number of {minimum:g} or more"
-        )
-
-    return check
-
-
 def key_check(key: ConfigKey) -> Callable[[str], str | None]:
     """Return the check of `key`'s env var: its own, else what its kind, choices and minimum say."""
     if key.env_check is not None:
@@ -111,9 +102,9 @@ def key_check(key: ConfigKey) -> Callable[[str], str | None]:
     if key.kind == "bool":
         return _boolean
     if key.kind == "int":
-        return _integer_at_least(key.minimum if key.minimum is not None else -(2**63))
+        return _integer_at_least(key.minimum)
     if key.kind == "float":
-        return _number_at_least(key.minimum if key.minimum is not None else -math.inf)
+        return _number_at_least(key.minimum)
     return _anything
 
 
