@@ -146,6 +146,31 @@ def test_a_truncated_or_reordered_file_is_refused(tmp_path):
     assert _live(model, optimizer) != before
 
 
+def test_a_checkpoint_of_the_v2_digest_is_still_checked(tmp_path):
+    """Checkpoints saved before the bytes' digest was hashed on its own record accel-content-v2."""
+    from accel.checkpointing.content_digest import DIGEST_V2, digest_of
+    from accel.checkpointing.reader import FolderReader
+
+    accelerator, model, optimizer, folder = _saved(tmp_path)
+    meta = json.loads((folder / METADATA_NAME).read_text())
+    meta["content_digest"] = DIGEST_V2
+    reader = FolderReader(folder)
+    for name, entry in meta["files"].items():
+        if "content" in entry:
+            digest = digest_of(reader._load(name)[0], algorithm=DIGEST_V2)
+            entry["content"], entry["tensors"] = digest.whole, digest.tensors
+    (folder / METADATA_NAME).write_text(json.dumps(meta))
+    before = _live(model, optimizer)
+    load_state(accelerator, folder)  # v2 digests match: it loads
+    assert _live(model, optimizer) != before
+
+    meta["files"]["model.safetensors"]["tensors"]["0.1.weight"] = "0" * 32
+    meta["files"]["model.safetensors"]["content"] = "0" * 32
+    (folder / METADATA_NAME).write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"model\.safetensors is corrupt: tensor '1\.weight' differs"):
+        load_state(accelerator, folder)
+
+
 def test_a_checkpoint_of_the_previous_digest_is_still_checked(tmp_path):
     """A format 2 checkpoint records accel-content-v1 digests: checked with that algorithm."""
     from accel.checkpointing.content_digest_v1 import content_digest_v1
@@ -159,7 +184,7 @@ def test_a_checkpoint_of_the_previous_digest_is_still_checked(tmp_path):
     for name, entry in meta["files"].items():
         if "content" in entry:
             entry.pop("tensors")
-            entry["content"] = content_digest_v1(reader._load(name))
+            entry["content"] = content_digest_v1(reader._load(name)[0])
     (folder / METADATA_NAME).write_text(json.dumps(meta))
     load_state(accelerator, folder)  # v1 digests match: it loads
 

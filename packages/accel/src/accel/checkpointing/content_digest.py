@@ -4,13 +4,16 @@ Hashing a file's bytes with sha256 runs at about 1 GB/s on one core, which more 
 time to load a large checkpoint. This digest checks what matters instead: that the objects a file
 gives back are the ones that were saved. Each tensor's bytes go through xxh3-128 (xxhash), a hash
 made for checking data at memory speed (about 20 GB/s on one core, outside the GIL), read in place
-from the tensor's memory; the structure around them (keys, numbers, strings) and each tensor's
-128-bit digest (of its dtype, shape and bytes) then go through one more xxh3-128. Any change to
-the bytes, their order included, changes the result; each tensor's own digest is kept too, so that
-a check that fails can name the tensor. Large objects are hashed on several threads.
+from the tensor's memory; a tensor's digest is the xxh3-128 of its dtype, shape and its bytes'
+xxh3-128, so that a reader that hashed a storage's bytes while they arrived (`StreamedDigests`)
+needs no second pass over them. The structure around the tensors (keys, numbers, strings) and each
+tensor's digest then go through one more xxh3-128. Any change to the bytes, their order included,
+changes the result; each tensor's own digest is kept too, so that a check that fails can name the
+tensor. Large objects are hashed on several threads.
 
-`DIGEST_NAME` is recorded in every checkpoint. Checkpoints written before it (`accel-content-v1`,
-block sums) are still checked with their own algorithm (`accel.content_digest_v1`).
+`DIGEST_NAME` is recorded in every checkpoint. Checkpoints written before it are still checked with
+their own algorithm: `DIGEST_V2` (each tensor's dtype, shape and bytes in one xxh3-128) here, and
+`accel-content-v1` (block sums) by `accel.content_digest_v1`.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import xxhash
 
-DIGEST_NAME = "accel-content-v2-xxh3-128"
+DIGEST_NAME = "accel-content-v3-xxh3-128"
+DIGEST_V2 = "accel-content-v2-xxh3-128"
+
+# Given a tensor, the xxh3-128 of its bytes when already known (hashed while they were read), else None.
+KnownBytesDigest = Callable[[torch.Tensor], "bytes | None"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,28 +51,36 @@ def content_digest(obj: Any) -> str:
     return digest_of(obj).whole
 
 
-def digest_of(obj: Any) -> Digest:
+def digest_of(obj: Any, known: KnownBytesDigest | None = None, algorithm: str = DIGEST_NAME) -> Digest:
     """Return the digest of `obj` and of each tensor in it.
 
-    The tensors of a large object are hashed on several threads (xxhash runs outside the GIL), so
-    that the digest of the last file a load reads, which no reading overlaps, takes little time.
+    `known` gives the bytes' digest of tensors whose bytes were hashed as they were read; the others
+    are hashed here, those of a large object on several threads (xxhash runs outside the GIL).
+    `algorithm` is `DIGEST_NAME` or, to check an older checkpoint, `DIGEST_V2`.
     """
     found: list[tuple[str, torch.Tensor]] = []
     structure = xxhash.xxh3_128()
     _feed(structure, found, (), obj)
-    size = sum(t.numel() * t.element_size() for _, t in found)
-    if len(found) > 1 and size >= _PARALLEL_BYTES:
-        digests = list(_hashing_pool().map(tensor_digest, [t for _, t in found]))
+    tensors = [t for _, t in found]
+    if algorithm == DIGEST_V2:
+        digest: Callable[..., bytes] = tensor_digest_v2
+        arguments: list[list[Any]] = [tensors]
     else:
-        digests = [tensor_digest(t) for _, t in found]
+        digest = tensor_digest
+        arguments = [tensors, [None if known is None else known(t) for t in tensors]]
+    size = sum(t.numel() * t.element_size() for t, *given in zip(*arguments, strict=True) if not any(given))
+    if len(tensors) > 1 and size >= _PARALLEL_BYTES:
+        digests = list(_hashing_pool().map(digest, *arguments))
+    else:
+        digests = list(map(digest, *arguments))
     whole = xxhash.xxh3_128(structure.digest())
-    tensors: dict[str, str] = {}
-    for (name, _), digest in zip(found, digests, strict=True):
-        whole.update(digest)
-        while name in tensors:  # two paths that print alike ("a.b" and a -> b): keep both
+    by_path: dict[str, str] = {}
+    for (name, _), one in zip(found, digests, strict=True):
+        whole.update(one)
+        while name in by_path:  # two paths that print alike ("a.b" and a -> b): keep both
             name += "'"
-        tensors[name] = digest.hex()
-    return Digest(whole.hexdigest(), tensors)
+        by_path[name] = one.hex()
+    return Digest(whole.hexdigest(), by_path)
 
 
 _PARALLEL_BYTES = 16 << 20
@@ -109,8 +124,16 @@ def _feed(hasher: Any, found: list[tuple[str, torch.Tensor]], path: tuple[Any, .
         hasher.update(f"{type(obj).__name__}={obj!r};".encode())
 
 
-def tensor_digest(tensor: torch.Tensor) -> bytes:
-    """Return the 16-byte xxh3-128 of a tensor's dtype, shape and bytes (read in place when it can)."""
+def tensor_digest(tensor: torch.Tensor, bytes_digest: bytes | None = None) -> bytes:
+    """Return a tensor's 16-byte digest: the xxh3-128 of its dtype, shape and `bytes_digest`, the
+    xxh3-128 of its bytes (read in place when it can), computed here unless given."""
+    if bytes_digest is None:
+        bytes_digest = xxhash.xxh3_128(tensor_bytes(tensor)).digest()
+    return xxhash.xxh3_128(f"{tensor.dtype}{tuple(tensor.shape)}:".encode() + bytes_digest).digest()
+
+
+def tensor_digest_v2(tensor: torch.Tensor) -> bytes:
+    """Return a tensor's digest as `DIGEST_V2` defined it: one xxh3-128 of its dtype, shape and bytes."""
     hasher = xxhash.xxh3_128(f"{tensor.dtype}{tuple(tensor.shape)}:".encode())
     hasher.update(tensor_bytes(tensor))
     return hasher.digest()

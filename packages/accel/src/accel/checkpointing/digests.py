@@ -24,13 +24,24 @@ def file_digest(path: Path) -> str:
 
 # Digests are computed on a second thread while files are written or read: writing and reading
 # wait on the kernel and the disk, the digest on memory bandwidth, so checks cost little wall time.
-_checker: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_threads: dict[str, tuple[int, concurrent.futures.ThreadPoolExecutor]] = {}
+
+
+def thread_named(name: str) -> concurrent.futures.ThreadPoolExecutor:
+    """Return this process's thread `name` (a forked child gets its own)."""
+    found = _threads.get(name)
+    if found is None or found[0] != os.getpid():
+        found = (os.getpid(), concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name))
+        _threads[name] = found
+    return found[1]
 
 
 def check_later(function: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
-    """Run `function(*args)` on this process's checking thread (a forked child gets its own)."""
-    global _checker
-    if _checker is None or _checker[0] != os.getpid():
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-ckpt-check")
-        _checker = (os.getpid(), pool)
-    return _checker[1].submit(function, *args)
+    """Run `function(*args)` on this process's checking thread."""
+    return thread_named("accel-ckpt-check").submit(function, *args)
+
+
+def write_later(function: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+    """Run `function(*args)` on this process's writing thread (a file written while the caller
+    writes the next)."""
+    return thread_named("accel-ckpt-write").submit(function, *args)

@@ -13,16 +13,19 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
-from accel.checkpointing.content_digest import DIGEST_NAME, digest_of
+from accel.checkpointing.content_digest import DIGEST_NAME, DIGEST_V2, KnownBytesDigest, digest_of
 from accel.checkpointing.content_digest_v1 import DIGEST_NAME as DIGEST_V1
 from accel.checkpointing.content_digest_v1 import content_digest_v1
 from accel.checkpointing.digests import check_later, file_digest
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
+from accel.checkpointing.streamed_digests import StreamedFile
+
+KNOWN_DIGESTS = (DIGEST_NAME, DIGEST_V2, DIGEST_V1)
 
 
 class FolderReader:
@@ -54,11 +57,11 @@ class FolderReader:
         self.files: dict[str, dict[str, Any]] = self.metadata.get("files", {})
         # A checkpoint of format 2 records v1 digests (older ones record none: sha256 only).
         self.digest_name = self.metadata.get("content_digest", DIGEST_V1)
-        if self.digest_name not in (DIGEST_NAME, DIGEST_V1):
+        if self.digest_name not in KNOWN_DIGESTS:
+            known = ", ".join(repr(name) for name in KNOWN_DIGESTS)
             raise CheckpointError(
                 f"{metadata_path} records its files' digests as {self.digest_name!r}, which this accel "
-                f"does not know (it checks {DIGEST_NAME!r} and {DIGEST_V1!r}): load it with the accel "
-                "that saved it"
+                f"does not know (it checks {known}): load it with the accel that saved it"
             )
         self.check_names()
         self.check_sizes()
@@ -115,17 +118,19 @@ class FolderReader:
 
         `.safetensors` files give (tensors, metadata), `.json` files their data, the others
         torch.load(weights_only=True) onto the CPU. File k+1 is loaded while a second thread checks
-        file k: the loading waits on the disk and the kernel, the digest on memory bandwidth.
+        file k: the loading waits on the disk and the kernel, the digest on memory bandwidth. A torch
+        file's storages are hashed while they are read (`StreamedFile`), so that its check after the
+        load only combines their digests.
         """
         pending: concurrent.futures.Future[Any] | None = None
         for name in names:
             try:
-                value = self._load(name)
+                value, known = self._load(name)
             except CheckpointError:
                 if pending is not None:
                     pending.result()  # an earlier file's verdict is reported first
                 raise
-            checked = check_later(self._checked, name, value)
+            checked = check_later(self._checked, name, value, known)
             if pending is not None:
                 yield pending.result()
             pending = checked
@@ -144,14 +149,15 @@ class FolderReader:
                 f"{self.metadata_path}"
             )
 
-    def _load(self, name: str) -> Any:
+    def _load(self, name: str) -> tuple[Any, KnownBytesDigest | None]:
+        """Return what file `name` holds, unchecked, and the digests of the bytes hashed while reading it."""
         path = self.folder / name
         if name not in self.files:
             raise CheckpointError(
                 f"{path} is not part of the checkpoint ({self.metadata_path} does not list it)"
             )
         if path.suffix == ".json":  # small: read once, checked and parsed from the same bytes
-            return self._load_json(name, path)
+            return self._load_json(name, path), None
         self._check_bytes(name)
         load, what = _LOADERS.get(path.suffix, _TORCH_LOADER)
         try:
@@ -175,7 +181,7 @@ class FolderReader:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise CheckpointError(f"{path} is corrupt: it cannot be loaded as JSON: {reason}") from error
 
-    def _checked(self, name: str, value: Any) -> Any:
+    def _checked(self, name: str, value: Any, known: KnownBytesDigest | None = None) -> Any:
         entry = self.files[name]
         expected = entry.get("content")
         if expected is None:
@@ -185,7 +191,7 @@ class FolderReader:
                 raise CheckpointError(f"{self.folder / name} is corrupt: {_DIFFERS} (its {DIGEST_V1} digest "
                                       f"does not match {self.metadata_path})")  # fmt: skip
             return value
-        found = digest_of(value)
+        found = digest_of(value, known, self.digest_name)
         if found.whole != expected:
             what = _differing_tensors(name, entry.get("tensors"), found.tensors) or _DIFFERS
             raise CheckpointError(
@@ -217,19 +223,22 @@ def _differing_tensors(name: str, recorded: Any, found: dict[str, str]) -> str |
     )
 
 
-def _load_torch(path: Path) -> Any:
-    return torch.load(path, map_location="cpu", weights_only=True)
+def _load_torch(path: Path) -> tuple[Any, KnownBytesDigest]:
+    with StreamedFile(path) as file:
+        return torch.load(cast(IO[bytes], file), map_location="cpu", weights_only=True), file.bytes_digest
 
 
-def _load_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def _load_safetensors(path: Path) -> tuple[tuple[dict[str, torch.Tensor], dict[str, str]], None]:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as handle:
-        return {name: handle.get_tensor(name) for name in handle.keys()}, handle.metadata() or {}
+        return ({name: handle.get_tensor(name) for name in handle.keys()}, handle.metadata() or {}), None
 
 
 _TORCH_LOADER = (_load_torch, "a weights-only torch file (tensors and plain containers only)")
-_LOADERS: dict[str, tuple[Callable[[Path], Any], str]] = {".safetensors": (_load_safetensors, "safetensors")}
+_LOADERS: dict[str, tuple[Callable[[Path], tuple[Any, KnownBytesDigest | None]], str]] = {
+    ".safetensors": (_load_safetensors, "safetensors")
+}
 
 
 def _refused_global(error: Exception) -> str | None:

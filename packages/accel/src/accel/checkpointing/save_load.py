@@ -69,6 +69,7 @@ def save_state(
     except Exception as error:  # noqa: BLE001 - every rank learns of it in commit_folder
         failure = error
     except BaseException:
+        writer.settle()  # no write of this save goes on into the folder removed next
         abandon_folder(pending)
         raise
     commit_folder(pending, writer, state.num_processes, counts, failure)

@@ -3,6 +3,8 @@
 A failed write names its file and cause ("no space left on device while writing ...",
 CheckpointWriteError); files follow the umask. Tensor files are written straight to disk, and
 their content digest (and each tensor's) is computed meanwhile on the checking thread.
+safetensors files are written on a thread of their own (safetensors writes outside the GIL) while
+the caller goes on with the next file: a save writes its model and its optimizer at once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import torch
 
 from accel.checkpointing.content_digest import digest_of
-from accel.checkpointing.digests import check_later
+from accel.checkpointing.digests import check_later, write_later
 from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
 
 
@@ -69,7 +71,7 @@ def writing(path: Path, doing: str = "writing") -> Iterator[None]:
 def write_torch_file(path: Path, obj: Any) -> None:
     """torch.save `obj` into `path` through a Python file (torch's own writer reports a full disk as
     "unexpected pos", without the cause)."""
-    with writing(path), path.open("wb") as handle:
+    with writing(path), path.open("wb", buffering=0) as handle:
         torch.save(obj, handle)
 
 
@@ -98,6 +100,7 @@ class FolderWriter:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._checks: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._writes: list[concurrent.futures.Future[None]] = []
 
     def _check_content(self, name: str, obj: Any) -> None:
         self._checks[name] = check_later(_content_check, obj)
@@ -110,14 +113,22 @@ class FolderWriter:
         self, name: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
     ) -> None:
         self._check_content(name, (tensors, metadata))
-        write_safetensors_file(self.folder / name, tensors, metadata)
+        self._writes.append(write_later(write_safetensors_file, self.folder / name, tensors, metadata))
 
     def write_json(self, name: str, obj: Any) -> None:
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
         write_bytes_file(self.folder / name, data)
         self._checks[name] = check_later(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
 
+    def settle(self) -> None:
+        """Wait until no write or check of this writer runs any more, whatever their outcome."""
+        running: list[concurrent.futures.Future[Any]] = [*self._writes, *self._checks.values()]
+        concurrent.futures.wait(running)
+
     def checks(self) -> dict[str, dict[str, Any]]:
         """Return {file name: {"content": hex digest, "tensors": {path: hex digest}} or {"sha256": hex
-        digest}} of the files written (waits for them)."""
+        digest}} of the files written, once every write is done (its failure is raised here)."""
+        self.settle()
+        for write in self._writes:
+            write.result()
         return {name: future.result() for name, future in self._checks.items()}
