@@ -24,6 +24,7 @@ from accel.options.dataloader_config import DataLoaderConfiguration
 from accel.options.explicit import explicit_options
 from accel.options.handlers import KwargsHandlers
 from accel.options.kwargs_handlers import AutocastKwargs, ProfileKwargs
+from accel.options.parallelism import MESH_TYPE, requested_parallelism, settle_for_job
 from accel.options.plugin_arguments import chosen_plugin, plugin_of_run
 from accel.options.project_config import ProjectConfiguration
 from accel.tracking.methods import ExperimentTracking
@@ -44,6 +45,7 @@ from accel_state import (
 )
 from accel_state.collectives import operations as _collectives
 from accel_state.environment.memory import release_memory
+from accel_state.parallelism.config import ParallelismConfig
 
 
 class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
@@ -69,6 +71,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         log_with: Any = None,
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
+        parallelism_config: ParallelismConfig | None = None,
     ) -> None:
         """A plugin argument (Accelerate's keywords, `accel.options.plugin_arguments`) runs the job on its
         engine; like every backend plugin it names its distributed type and reaches the backend
@@ -85,6 +88,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         backend_plugin, wanted_type = chosen_plugin(
             {"deepspeed_plugin": deepspeed_plugin, "fsdp_plugin": fsdp_plugin}
         )
+        parallelism, wanted_type = requested_parallelism(parallelism_config, backend_plugin, wanted_type)
         self.state = AcceleratorState(
             mixed_precision=mixed_precision, cpu=cpu, distributed_type=wanted_type, **state_kwargs
         )
@@ -95,6 +99,8 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
                 "build "
                 "the Accelerator first, or launch with the matching `accel launch` flags"
             )
+        settle_for_job(parallelism, self.state.num_processes, self.state.device.type)
+        self.parallelism_config = parallelism
         self.device_placement = device_placement
         config = dataclasses.replace(dataloader_config or DataLoaderConfiguration())
         if split_batches is not None:
@@ -108,6 +114,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         precision = precision_policy(self.state.mixed_precision, self.device, **handlers.precision_kwargs())
         options = handlers.backend_options(precision, ddp_kwargs)
         options.plugin = backend_plugin
+        options.parallelism = parallelism if wanted_type is MESH_TYPE else None
         options.explicit = explicit_options(
             mixed_precision, gradient_accumulation_steps, gradient_accumulation_plugin
         )
@@ -142,6 +149,16 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     def is_fsdp2(self) -> bool:
         """True when the run has an `fsdp_plugin` (accel's sharded runs are all of the second version)."""
         return self.fsdp_plugin is not None
+
+    @property
+    def torch_device_mesh(self) -> Any:
+        """The job's DeviceMesh with Accelerate's dimension names (`dp_replicate`, `dp_shard`, `cp`,
+        `tp`, and the flattened `dp`, `dp_shard_cp`, `dp_cp`); None without a `parallelism_config`."""
+        import torch.distributed as dist
+
+        if self.parallelism_config is None or not dist.is_initialized():
+            return None
+        return self.parallelism_config.get_device_mesh(self.device.type)
 
     @property
     def split_batches(self) -> bool:
@@ -284,9 +301,12 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         config = self.dataloader_config
         from accel_data import prepare_data_loader
 
+        layout = self.backend.data_layout()
         return prepare_data_loader(
             data_loader,
             device=self.device,
+            num_processes=None if layout is None else layout.num_shards,
+            process_index=None if layout is None else layout.shard_index,
             split_batches=config.split_batches,
             put_on_device=device_placement,
             rng_types=self.rng_types,
@@ -414,7 +434,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
         from accel.training import metrics
 
-        return metrics.gather_for_metrics(input_data, use_gather_object, self.num_processes)
+        return metrics.gather_for_metrics(
+            input_data, use_gather_object, self.num_processes, self.backend.data_layout()
+        )
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Return `tensor` summed (`mean`, `max`, `min`) over the processes, times `scale`."""

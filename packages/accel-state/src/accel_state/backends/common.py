@@ -9,6 +9,7 @@ gives a backend these as defaults; it overrides what its engine does differently
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -129,11 +130,16 @@ def unscale_then_clip_norm(
     before_clipping: BeforeClipping | None = None,
 ) -> torch.Tensor:
     """Unscale `optimizers`, then clip `parameters`' gradients to a total norm; return the norm
-    before clipping, whole (a norm over DTensor shards is gathered: the same on every rank)."""
+    before clipping, whole: over DTensor gradients (sharded, tensor parallel, any mesh) it is the
+    norm of the full gradients, the same on every rank (`accel_state.parallelism.grad_norm`)."""
     parameters = _unscaled(backend, parameters, optimizers, before_clipping)
-    norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-    full_tensor = getattr(norm, "full_tensor", None)
-    return full_tensor() if full_tensor is not None else norm
+    gradients = [p.grad for p in parameters if p.grad is not None]
+    dtensor = sys.modules.get("torch.distributed.tensor")  # imported wherever a DTensor exists
+    if dtensor is not None and any(isinstance(g, dtensor.DTensor) for g in gradients):
+        from accel_state.parallelism.grad_norm import clip_by_mesh_norm
+
+        return clip_by_mesh_norm(gradients, max_norm, norm_type)
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
 
 def unscale_then_clip_value(

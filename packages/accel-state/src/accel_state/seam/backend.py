@@ -97,6 +97,8 @@ class BackendOptions:
 
     precision: Precision = field(default_factory=FullPrecision)
     plugin: Any = None
+    # The job's `ParallelismConfig` when it composes a device mesh (sharding, tensor parallel).
+    parallelism: Any = None
     engine_options: tuple[Any, ...] = ()
     # Options set explicitly ("mixed_precision", "gradient_accumulation_steps"), for an engine whose
     # own config may set them too: it refuses a conflict instead of picking one silently.
@@ -156,6 +158,10 @@ class Backend(Protocol):
     def to_host(self, data: Any) -> Any:
         """Return `data` with every tensor a file cannot hold where it lives (a lazy device's)
         copied to the host; `Accelerator.save` and `save_state` write through it."""
+
+    def data_layout(self) -> DataLayout | None:
+        """None: every process reads batches of its own (the data is split over all of them)."""
+        return None
 
     def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
         """Return `change` applied to `loader`, inside the wrapper this backend's `prepare` put
@@ -232,6 +238,19 @@ class Backend(Protocol):
         of the group outside its objects (accel_state.backends.teardown runs it)."""
 
 
+@dataclass(frozen=True)
+class DataLayout:
+    """How the data is split when several processes share each batch (tensor or context parallel).
+
+    `num_shards` groups of processes each read one shard; this process reads shard `shard_index`;
+    the `ranks_per_shard` processes of a group have consecutive ranks (shard = rank // ranks_per_shard).
+    """
+
+    num_shards: int
+    shard_index: int
+    ranks_per_shard: int
+
+
 class BackendDefaults:
     """The parts of `Backend` most backends leave as they are; a backend inherits this and
     overrides what its engine does differently, so the facade never asks whether it has them."""
@@ -255,6 +274,10 @@ class BackendDefaults:
     def to_host(self, data: Any) -> Any:
         """Return `data` as it is: files hold this backend's tensors where they live."""
         return data
+
+    def data_layout(self) -> DataLayout | None:
+        """None: every process reads batches of its own (the data is split over all of them)."""
+        return None
 
     def remake_loader(self, loader: Any, change: Callable[[Any], Any]) -> Any:
         """Return `change(loader)`: this backend's `prepare` wraps no loader."""

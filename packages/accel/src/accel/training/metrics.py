@@ -25,14 +25,21 @@ from accel_state import (
     recursively_apply,
 )
 from accel_state.collectives.nested import leaves
+from accel_state.seam.backend import DataLayout
 
 
 class GatherForMetricsError(ValueError):
     """The input cannot be trimmed to one row per real sample."""
 
 
-def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -> Any:
-    """Return `data` gathered from every rank, less the samples repeated to pad the last batch."""
+def gather_for_metrics(
+    data: Any, use_gather_object: bool, num_processes: int, layout: DataLayout | None = None
+) -> Any:
+    """Return `data` gathered from every rank, less the samples repeated to pad the last batch.
+
+    Under a `layout` whose shards are read by several ranks (tensor parallel), each shard's rows are
+    kept once: those of the first rank of its group.
+    """
     gradient_state = GradientState()
     loader = gradient_state.active_dataloader
     remainder = gradient_state.remainder
@@ -49,6 +56,11 @@ def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -
             gathered = gather_uneven(data)
     except CollectiveShapeError as error:
         raise CollectiveShapeError(f"gather_for_metrics: {error}") from error
+    if layout is not None and layout.ranks_per_shard > 1:
+        gathered = _one_copy_per_shard(
+            data, gathered, layout.ranks_per_shard, as_objects=use_gather_object or not tensors_only
+        )
+        num_processes = layout.num_shards
     if num_processes == 1:
         return cut_last_batch(gathered, loader) if gradient_state.end_of_dataloader else gathered
     if remainder < 0 or not gradient_state.end_of_dataloader:
@@ -59,6 +71,32 @@ def gather_for_metrics(data: Any, use_gather_object: bool, num_processes: int) -
             f"the padded samples of the last batch, got {type(data).__name__}"
         )
     return trim_padding(gathered, remainder, getattr(loader, "total_batch_size", None))
+
+
+def _one_copy_per_shard(data: Any, gathered: Any, ranks_per_shard: int, as_objects: bool) -> Any:
+    """Keep, of what was gathered in rank order, the part of each group's first rank (collective)."""
+    if as_objects:  # a list per rank, concatenated
+        per_rank = gather_object([len(data) if isinstance(data, (list, tuple)) else 1])
+        return [
+            item
+            for start, count in _kept(per_rank, ranks_per_shard)
+            for item in gathered[start : start + count]
+        ]
+    rows = [int(t.shape[0]) if t.dim() else 1 for t in leaves(data)]
+    per_leaf = list(zip(*gather_object([rows]), strict=True))  # each leaf's rows on each rank
+    index = iter(range(len(rows)))
+
+    def select(tensor: torch.Tensor) -> torch.Tensor:
+        kept = _kept(list(per_leaf[next(index)]), ranks_per_shard)
+        return torch.cat([tensor[start : start + count] for start, count in kept])
+
+    return recursively_apply(select, gathered)
+
+
+def _kept(per_rank: list[int], ranks_per_shard: int) -> list[tuple[int, int]]:
+    """Return (start, count) of each group's first rank among rows laid out rank after rank."""
+    starts = [sum(per_rank[:rank]) for rank in range(len(per_rank))]
+    return [(starts[rank], per_rank[rank]) for rank in range(0, len(per_rank), ranks_per_shard)]
 
 
 def last_batch_size(loader: Any) -> int | None:

@@ -1,10 +1,17 @@
-"""The FSDP2 backend: `torch.distributed.fsdp.fully_shard` behind the Backend seam.
+"""The FSDP2 backend: `torch.distributed.fsdp.fully_shard` behind the Backend seam, and the N-D
+mesh of a `ParallelismConfig` composed around it.
 
 `prepare` shards each model (the auto-wrap policy's submodules first, then the root) over one
 device mesh of every process, re-binds optimizers built before `prepare` onto the sharded (DTensor)
 parameters, and runs bf16 as FSDP's own `MixedPrecisionPolicy` (parameters all-gathered in bf16,
 gradients reduced in fp32). Accumulation skips the reduce-scatter (`set_requires_gradient_sync`);
 clipping measures the global norm over the shards. Pure torch: nothing to install.
+
+With a `ParallelismConfig` the mesh has the four dimensions of `accel_state.parallelism.mesh`: the
+tensor parallel plan splits the model over `tp` first, then `fully_shard` shards it over
+`dp_shard_cp`, or over (`dp_replicate`, `dp_shard_cp`) as HSDP when there are replicas (a shard
+group of one when `dp_shard` is 1: replicas of a tensor parallel model, reduced like DDP's, which
+refuses DTensor parameters). Plain FSDP is the mesh (1, N, 1, 1).
 """
 
 from __future__ import annotations
@@ -37,7 +44,10 @@ from accel_state.backends.fsdp.wrap import apply_activation_checkpointing, modul
 from accel_state.backends.precision_steps import PrecisionSteps
 from accel_state.backends.teardown import release_at_exit
 from accel_state.environment.distributed_type import DistributedType
-from accel_state.seam.backend import BackendOptions, ProcessFacts, ProcessRequest, ProcessSetup
+from accel_state.parallelism import mesh as nd_mesh
+from accel_state.parallelism.config import ParallelismConfig
+from accel_state.parallelism.tensor_parallel import apply_tensor_parallel, plan_of, resolve
+from accel_state.seam.backend import BackendOptions, DataLayout, ProcessFacts, ProcessRequest, ProcessSetup
 from accel_state.seam.communication import TorchCommunicator
 from accel_state.seam.prepared_objects import PreparedObjects
 from accel_state.shared_state.gradient_state import GradientState
@@ -78,6 +88,12 @@ class FsdpBackend(PrecisionSteps, BackendBase):
                 "the parameters are in host memory already"
             )
         self.gradient_state = GradientState()
+        self.parallelism: ParallelismConfig | None = options.parallelism
+        if self.parallelism is not None and plugin.sharding_strategy in fsdp1_options.MESH_SHAPING:
+            raise FsdpConfigError(
+                f"sharding_strategy={plugin.sharding_strategy} and a ParallelismConfig both shape the mesh: "
+                "give the sizes in the ParallelismConfig only (dp_replicate_size for replicas)"
+            )
         self._mesh: Any = None
         # Each prepared model's original parameters -> its sharded ones, for optimizers built before.
         from torch.utils.weak import WeakIdKeyDictionary
@@ -112,6 +128,9 @@ class FsdpBackend(PrecisionSteps, BackendBase):
         """Return the device mesh over every process, built on first use: 1-D (every parameter
         sharded over all processes), or (replicas, shards) for FSDP1's NO_SHARD (one process per
         shard group) and HYBRID_SHARD (the processes of one node per shard group)."""
+        if self._mesh is None and self.parallelism is not None:
+            self._mesh = self.parallelism.build_device_mesh(self.state.device.type)
+            release_at_exit(self, self._mesh, release_mesh_groups)
         if self._mesh is None:
             from torch.distributed.device_mesh import init_device_mesh
 
@@ -120,6 +139,19 @@ class FsdpBackend(PrecisionSteps, BackendBase):
             self._mesh = init_device_mesh(self.state.device.type, shape, mesh_dim_names=names)
             release_at_exit(self, self._mesh, release_mesh_groups)
         return self._mesh
+
+    def _shard_mesh(self) -> Any:
+        """The mesh `fully_shard` is given: all of it, or the N-D mesh's replica and shard dimensions."""
+        if self.parallelism is None:
+            return self.mesh()
+        return self.mesh()[tuple(self.parallelism.fsdp_dim_names)]
+
+    def data_layout(self) -> DataLayout | None:
+        """The N-D mesh's data parallel place of this rank (None without a ParallelismConfig)."""
+        if self.parallelism is None:
+            return None
+        num_shards, shard_index = nd_mesh.data_parallel_place(self.mesh())
+        return DataLayout(num_shards, shard_index, self.parallelism.non_data_parallel_size)
 
     def _mesh_shape(self) -> tuple[int, ...]:
         strategy = self.fsdp_plugin.sharding_strategy
@@ -140,7 +172,10 @@ class FsdpBackend(PrecisionSteps, BackendBase):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
         plugin = self.fsdp_plugin
-        kwargs: dict[str, Any] = {"mesh": self.mesh(), "reshard_after_forward": plugin.reshard_after_forward}
+        kwargs: dict[str, Any] = {
+            "mesh": self._shard_mesh(),
+            "reshard_after_forward": plugin.reshard_after_forward,
+        }
         if ignored:
             kwargs["ignored_params"] = ignored
         if plugin.mixed_precision_policy is not None:
@@ -178,6 +213,10 @@ class FsdpBackend(PrecisionSteps, BackendBase):
                 "a model on the meta device can be prepared only with cpu_ram_efficient_loading=True "
                 "(--fsdp_cpu_ram_efficient_loading), which loads the main process's weights into it"
             )
+        if self.parallelism is not None and self.parallelism.tp_enabled:
+            handler = self.parallelism.tp_handler
+            plan, source = plan_of(inner, handler.tp_plan if handler is not None else None)
+            apply_tensor_parallel(inner, self.mesh()["tp"], resolve(inner, plan, source))
         groups = modules_to_shard(inner, plugin)
         ignored = fsdp1_options.ignored_parameters(inner, plugin.ignored_modules)
         if plugin.activation_checkpointing:

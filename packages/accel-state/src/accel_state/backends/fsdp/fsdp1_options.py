@@ -34,6 +34,8 @@ from accel_state.environment.choices import FSDP_SHARDING_STRATEGIES
 
 SHARDING_STRATEGIES = FSDP_SHARDING_STRATEGIES
 FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 = SHARDING_STRATEGIES
+# The strategies that make the mesh 2-D (replicas x shards): a ParallelismConfig says that itself.
+MESH_SHAPING = (NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2)
 # Whether FSDP2 frees the gathered parameters after forward, per strategy.
 RESHARD_AFTER_FORWARD = {
     FULL_SHARD: True,

@@ -1,0 +1,193 @@
+"""N-D parallelism on 4 real CPU processes (gloo): each mesh trains a small transformer (attention and
+MLP blocks, tied embedding) to the weights of plain training on the same global batches.
+
+One job runs every mesh (each job start costs seconds): per mesh, the Accelerator trains with
+accumulation and clipping, and each rank also trains a plain copy of the model on the global batch
+of every step, gathered from one rank of each data shard; the full weights must agree.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from accel_launch.testing.ranks import run_on_ranks
+
+pytestmark = pytest.mark.slow
+
+VOCAB, WIDTH, HEADS, SEQUENCE = 32, 16, 4, 8
+CLIP = 0.5
+ACCUMULATION = 2
+FP32_TOLERANCE = 1e-5
+PLAN = {
+    "blocks.*.attention.query": "colwise",
+    "blocks.*.attention.key": "colwise",
+    "blocks.*.attention.value": "colwise",
+    "blocks.*.attention.out": "rowwise",
+    "blocks.*.mlp.up": "colwise",
+    "blocks.*.mlp.down": "rowwise",
+}
+MESHES = {
+    "dp_shard 2 x tp 2": {"dp_shard_size": 2, "tp_size": 2},
+    "dp_replicate 2 x dp_shard 2": {"dp_replicate_size": 2, "dp_shard_size": 2},
+    "dp_replicate 2 x tp 2": {"dp_replicate_size": 2, "tp_size": 2},
+    "tp 4": {"tp_size": 4},
+}
+
+
+class Attention(torch.nn.Module):
+    """Without biases, as Llama's: a key bias shifts every score of a query alike, so softmax gives
+    it a zero gradient, whose rounding noise AdamW would turn into steps of the learning rate's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.query, self.key, self.value, self.out = (
+            torch.nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(4)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        head = WIDTH // HEADS
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # -1: a rank holds some of the heads
+            return t.view(batch, length, -1, head).transpose(1, 2)
+
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(WIDTH, 4 * WIDTH), torch.nn.Linear(4 * WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(WIDTH), torch.nn.LayerNorm(WIDTH)
+        self.attention, self.mlp = Attention(), Mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyLM(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.norm = torch.nn.LayerNorm(WIDTH)
+        self.head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # tied
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def _data() -> torch.utils.data.TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, VOCAB, (64, SEQUENCE + 1), generator=generator)
+    return torch.utils.data.TensorDataset(tokens[:, :-1], tokens[:, 1:])
+
+
+def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+
+
+def _reset() -> None:
+    from accel_state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state()
+    GradientState._reset_state()
+
+
+def _one_copy_per_shard(gathered: torch.Tensor, world: int, ranks_per_shard: int) -> torch.Tensor:
+    """The rows of ranks 0, k, 2k, ... of a gather in rank order (k ranks read each shard)."""
+    return torch.cat(
+        [chunk for rank, chunk in enumerate(gathered.chunk(world)) if rank % ranks_per_shard == 0]
+    )
+
+
+def train(sizes: dict) -> dict:
+    """Train TinyLM on the mesh `sizes` and, beside it, a plain copy on the same global batches."""
+    from accel import Accelerator, ParallelismConfig, TorchTensorParallelConfig
+
+    _reset()
+    config = ParallelismConfig(**sizes, tp_handler=TorchTensorParallelConfig(tp_plan=PLAN))
+    accelerator = Accelerator(parallelism_config=config, gradient_accumulation_steps=ACCUMULATION)
+    torch.manual_seed(0)
+    model = TinyLM()
+    reference = TinyLM()
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    loader = torch.utils.data.DataLoader(_data(), batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    world, per_shard = accelerator.num_processes, config.non_data_parallel_size
+    same_batch_in_group, norms, reference_norms, steps = True, [], [], 0
+    for _ in range(2):
+        for x, y in loader:
+            everyone = accelerator.gather(x)
+            groups = everyone.chunk(world // per_shard)
+            same_batch_in_group &= all(torch.equal(g, g[: len(x)].repeat(per_shard, 1)) for g in groups)
+            global_x = _one_copy_per_shard(everyone, world, per_shard)
+            global_y = _one_copy_per_shard(accelerator.gather(y), world, per_shard)
+            with accelerator.accumulate(model):
+                accelerator.backward(_loss(model, x, y))
+                if accelerator.sync_gradients:
+                    norms.append(float(accelerator.clip_grad_norm_(model.parameters(), CLIP)))
+                optimizer.step()
+                optimizer.zero_grad()
+            (_loss(reference, global_x, global_y) / ACCUMULATION).backward()
+            steps += 1
+            if steps % ACCUMULATION == 0:
+                reference_norms.append(float(torch.nn.utils.clip_grad_norm_(reference.parameters(), CLIP)))
+                reference_optimizer.step()
+                reference_optimizer.zero_grad()
+    full = accelerator.get_state_dict(model)
+    inner = accelerator.unwrap_model(model)
+    difference = None
+    if accelerator.is_main_process:
+        expected = reference.state_dict()
+        assert full.keys() == expected.keys(), (sorted(full), sorted(expected))
+        difference = max(float((full[k].float() - expected[k]).abs().max()) for k in full)
+    return {
+        "difference": difference,
+        "moved": float((reference.embed.weight - TinyLM().embed.weight).abs().max()),
+        "tied": inner.head.weight is inner.embed.weight,
+        "same_batch_in_group": same_batch_in_group,
+        "global_rows": len(global_x),
+        "norms": norms,
+        "reference_norms": reference_norms,
+        "mesh": list(accelerator.torch_device_mesh.mesh_dim_names),
+        "type": accelerator.distributed_type.value,
+    }
+
+
+def train_each(meshes: list[dict]) -> list[dict]:
+    return [train(sizes) for sizes in meshes]
+
+
+def test_every_mesh_trains_to_the_weights_of_plain_training():
+    results = run_on_ranks(train_each, 4, list(MESHES.values()), timeout=600)
+    main = results[0]
+    for name, result in zip(MESHES, main, strict=True):
+        assert result["type"] == "FSDP", name
+        assert result["mesh"][:4] == ["dp_replicate", "dp_shard", "cp", "tp"], name
+        assert result["same_batch_in_group"], f"{name}: ranks of one tp group must read one batch"
+        assert result["global_rows"] == 4 * (4 // MESHES[name].get("tp_size", 1)), name
+        assert result["tied"], f"{name}: the head must stay tied to the embedding"
+        assert result["norms"] == pytest.approx(result["reference_norms"], rel=1e-4), name
+        assert max(result["reference_norms"]) > CLIP, f"{name}: the clip must act"
+        assert result["difference"] <= FP32_TOLERANCE, f"{name}: weights differ by {result['difference']}"
+    for rank in results[1:]:
+        assert [r["norms"] for r in rank] == [r["norms"] for r in main], "every rank sees the global norm"
