@@ -85,6 +85,11 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.DOWNCAST_BF16: _boolean,
     env_vars.ENABLE_CPU_AFFINITY: _boolean,
     env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend name, which torch checks when compiling
+    env_vars.USE_PARALLELISM_CONFIG: _boolean,
+    env_vars.PARALLELISM_DP_REPLICATE_SIZE: _integer_at_least(1),
+    env_vars.PARALLELISM_DP_SHARD_SIZE: _integer_at_least(1),
+    env_vars.PARALLELISM_TP_SIZE: _integer_at_least(1),
+    env_vars.PARALLELISM_CP_SIZE: _integer_at_least(1),
     env_vars.CHECK_COLLECTIVES: _boolean,
     env_vars.LOG_LEVEL: _one_of(LOG_LEVEL_CHOICES),
     env_vars.LAUNCHED: _anything,  # the launcher sets it to 1 whatever it was

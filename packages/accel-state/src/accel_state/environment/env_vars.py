@@ -24,6 +24,13 @@ DISTRIBUTED_TYPE = "ACCEL_DISTRIBUTED_TYPE"  # which backend sets the process up
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
 ENABLE_CPU_AFFINITY = "ACCEL_ENABLE_CPU_AFFINITY"
 DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
+# N-D parallelism (`accel launch --use_parallelism_config --parallelism_config_tp_size 2 ...`, the
+# config's `parallelism_config:`), read by ParallelismConfig for the sizes a script leaves unset.
+USE_PARALLELISM_CONFIG = "ACCEL_USE_PARALLELISM_CONFIG"
+PARALLELISM_DP_REPLICATE_SIZE = "ACCEL_PARALLELISM_CONFIG_DP_REPLICATE_SIZE"
+PARALLELISM_DP_SHARD_SIZE = "ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE"
+PARALLELISM_TP_SIZE = "ACCEL_PARALLELISM_CONFIG_TP_SIZE"
+PARALLELISM_CP_SIZE = "ACCEL_PARALLELISM_CONFIG_CP_SIZE"
 # DeepSpeed options (`accel launch --use_deepspeed ...`, the config's `deepspeed_config:`), read by
 # accel_deepspeed's DeepSpeedPlugin for the fields a script leaves unset.
 GRADIENT_CLIPPING = "ACCEL_GRADIENT_CLIPPING"
