@@ -34,7 +34,8 @@ def _argv_value(argv, flag):
 
 def test_questionnaire_writes_the_answers_to_the_config_file(tmp_path):
     target = tmp_path / "cfg" / "my.yaml"
-    answers = "\n".join(["", "MULTI_CPU", "1", "4", "n", "bf16", "2"]) + "\n"
+    # environment, type, machines, processes, parallelism config, debug, mixed precision, accumulation
+    answers = "\n".join(["", "MULTI_CPU", "1", "4", "n", "n", "bf16", "2"]) + "\n"
     result = CliRunner().invoke(accel, ["config", "--config_file", str(target)], input=answers)
     assert result.exit_code == 0, result.output
     written = yaml.safe_load(target.read_text())
@@ -49,7 +50,7 @@ def test_questionnaire_writes_the_answers_to_the_config_file(tmp_path):
 
 def test_questionnaire_multi_machine_and_default_location(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCEL_HOME", str(tmp_path))
-    answers = ["", "MULTI_GPU", "2", "1", "10.0.0.1", "", "c10d", "y", "2", "0,1", "n", "fp16", ""]
+    answers = ["", "MULTI_GPU", "2", "1", "10.0.0.1", "", "c10d", "y", "2", "0,1", "n", "n", "fp16", ""]
     result = CliRunner().invoke(accel, ["config"], input="\n".join(answers) + "\n")
     assert result.exit_code == 0, result.output
     written = yaml.safe_load((tmp_path / "default_config.yaml").read_text())

@@ -14,7 +14,15 @@ import click
 from click.core import ParameterSource
 
 from accel_launch.commands.common import ConfigProblem, flag
-from accel_launch.config.schema import HOOKS, KEYS, SECTION_SETTINGS, SETTINGS, ConfigError, ConfigKey
+from accel_launch.config.schema import (
+    HOOKS,
+    KEYS,
+    PARALLELISM_SWITCH,
+    SECTION_SETTINGS,
+    SETTINGS,
+    ConfigError,
+    ConfigKey,
+)
 from accel_state.seam.launch_hook import LaunchHook, LaunchHookError, Selector
 
 
@@ -69,10 +77,12 @@ def _adapter_flag_option(hook: LaunchHook, name: str) -> Callable[[Callable[...,
 
 
 def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add one flag per scalar config key to a command (in the table's order in `--help`), then each
-    launch hook's selector, then the hooks' section flags, which take a value as Accelerate's do, and
-    (hidden) the flags of adapters that are not installed."""
+    """Add one flag per scalar config key to a command (in the table's order in `--help`), then
+    --use_parallelism_config and each launch hook's selector, then the section flags (the
+    parallelism sizes, the hooks' keys), which take a value as Accelerate's do, and (hidden) the
+    flags of adapters that are not installed."""
     options = [_key_option(key) for key in KEYS.values() if key.has_flag]
+    options.append(_key_option(PARALLELISM_SWITCH))
     options += [_selector_option(hook.selector) for hook in HOOKS.values() if hook.selector is not None]
     options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
     options += [_adapter_flag_option(hook, name) for hook in HOOKS.values() if hook.stand_in

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel_launch.config.parallelism import check_parallelism
 from accel_launch.config.schema import (
     HOOK_OF,
     HOOKS,
+    IMPLIED_BY_SECTION,
     SECTION_OF,
     SECTION_SETTINGS,
     SETTINGS,
@@ -58,6 +60,8 @@ class EffectiveConfig:
             return f"--{name}"
         if source == ENV:
             return f"environment variable {self.env_names[name]}"
+        if source == FILE and name in IMPLIED_BY_SECTION:
+            return f"{self.path}: section '{IMPLIED_BY_SECTION[name]}'"
         if source == FILE:
             section = SECTION_OF.get(name)
             return f"{self.path}: key '{section}.{name}'" if section else f"{self.path}: key '{name}'"
@@ -99,6 +103,9 @@ def resolve_config(
         value = ((file_values or {}).get(SECTION_OF[name]) or {}).get(name)
         if value is not None:
             values[name], sources[name] = value, FILE
+    for name, section in IMPLIED_BY_SECTION.items():
+        if (file_values or {}).get(section):
+            values[name], sources[name] = True, FILE
     for name, var in env_names.items():
         raw = environ.get(var)
         if raw is not None and raw.strip() != "":
@@ -212,6 +219,7 @@ def check_combinations(config: EffectiveConfig) -> None:
             f"{config.where('distributed_type')} is {distributed_type} but {config.where('use_cpu')} is "
             "true; use MULTI_CPU on the CPU"
         )
+    check_parallelism(config)
     for hook in HOOKS.values():
         try:
             hook.check(config)
@@ -269,8 +277,8 @@ def _check_section_flags_need_their_job(config: EffectiveConfig) -> None:
     """Raise ConfigError for a section flag (`--zero_stage`) given to a job of another engine."""
     kind = config.given("distributed_type")
     for name in SECTION_SETTINGS:
-        hook = HOOK_OF[name]
-        if config.sources[name] != FLAG or kind in hook.distributed_types:
+        hook = HOOK_OF.get(name)
+        if hook is None or config.sources[name] != FLAG or kind in hook.distributed_types:
             continue
         asks = f"add --{hook.selector.names[0]} (or set " if hook.selector else "("
         raise ConfigError(

@@ -1,7 +1,8 @@
 """The questions of `accel config`, and the no-question config of `accel config default`.
 
 Both return a plain dict of config keys; writing it is config_file's job. The distributed types
-offered are those of the launch hooks that say so; a hook's questions fill its section.
+offered are those of the launch hooks that say so; a hook's questions fill its section. A job of
+several processes is asked about a parallelism config; `accel config default` writes none.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from typing import Any
 
 import click
 
-from accel_launch.config.schema import COMPUTE_ENVIRONMENTS, HOOKS, RDZV_BACKENDS, SECTIONS
+from accel_launch.config.parallelism import setting_of
+from accel_launch.config.schema import (
+    COMPUTE_ENVIRONMENTS,
+    HOOKS,
+    PARALLELISM_DIMENSIONS,
+    PARALLELISM_SECTION,
+    RDZV_BACKENDS,
+    SECTIONS,
+)
 from accel_state.environment.choices import DEFAULT_MASTER_PORT, MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import LaunchHook, Question
 
@@ -51,6 +60,13 @@ def ask_config() -> dict[str, Any]:
         config["use_cpu"] = click.confirm(
             "Do you want to run your training on the CPU only (even if a GPU is available)?", default=False
         )
+    world_size = config["num_processes"] * config["num_machines"]
+    if world_size > 1 and click.confirm(
+        "Do you want to lay the processes out on an N-D mesh with a parallelism config "
+        "(data-parallel replicate/shard, tensor and context parallel sizes)?",
+        default=False,
+    ):
+        config[PARALLELISM_SECTION] = _ask_parallelism(world_size, cpu=bool(config["use_cpu"]))
     config["debug"] = click.confirm(
         "Should distributed operations be checked while running for errors (shape checks, slower)?",
         default=False,
@@ -64,6 +80,28 @@ def ask_config() -> dict[str, Any]:
         default=1,
     )
     return config
+
+
+def _ask_parallelism(world_size: int, *, cpu: bool) -> dict[str, int]:
+    """Return the parallelism_config section: the sizes asked, the shard size defaulting to the rest
+    of the world size so that the product fits it. On the CPU the context-parallel size is 1."""
+    sizes = {
+        "dp_replicate": _ask_size("How many data-parallel replicas (whole copies of the model)?", 1),
+        "tp": _ask_size("What tensor-parallel size (processes each layer is split over)?", 1),
+    }
+    # torch's context parallel needs CUDA attention kernels: not asked on the CPU.
+    cp_prompt = "What context-parallel size (processes each sequence is split over)?"
+    sizes["cp"] = 1 if cpu else _ask_size(cp_prompt, 1)
+    rest = sizes["dp_replicate"] * sizes["tp"] * sizes["cp"]
+    sizes["dp_shard"] = _ask_size(
+        f"What data-parallel shard size (the sizes must multiply to the world size, {world_size})?",
+        world_size // rest if world_size % rest == 0 else 1,
+    )
+    return {setting_of(dimension): sizes[dimension] for dimension in PARALLELISM_DIMENSIONS}
+
+
+def _ask_size(prompt: str, default: int) -> int:
+    return int(click.prompt(prompt, type=click.IntRange(min=1), default=default))
 
 
 def _ask_section(hook: LaunchHook, config: dict[str, Any]) -> dict[str, Any]:

@@ -145,17 +145,55 @@ _KEYS_AFTER_SECTIONS = (
     ConfigKey("ipex_config", "dict", None, "Intel extension section (not supported)."),
     ConfigKey("mpirun_config", "dict", None, "mpirun section (not supported)."),
     ConfigKey("fp8_config", "dict", None, "FP8 section (later issue)."),
-    ConfigKey("parallelism_config", "dict", None, "Parallelism section (later issue)."),
+    ConfigKey("parallelism_config", "dict", None, "N-D parallelism section (its keys below)."),
     ConfigKey("tp_config", "dict", None, "Tensor-parallel section (not supported)."),
 )
 KEYS: dict[str, ConfigKey] = {
     key.name: key for key in (*_KEYS_BEFORE_SECTIONS, *_SECTION_KEYS, *_KEYS_AFTER_SECTIONS)
 }
+# N-D parallelism (Accelerate's `parallelism_config`): core config, not an engine's. Its switch has
+# no file key of its own: a file's non-empty section turns it on, as in Accelerate.
+PARALLELISM_SECTION = "parallelism_config"
+PARALLELISM_SWITCH = ConfigKey(
+    "use_parallelism_config",
+    "bool",
+    False,
+    "Lay the processes out on an N-D mesh (the --parallelism_config_* sizes); a file's "
+    "parallelism_config section turns it on.",
+    env_var=env_vars.USE_PARALLELISM_CONFIG,
+)
+# The mesh's dimensions, in Accelerate's order: their product must be the world size.
+PARALLELISM_DIMENSIONS: dict[str, str] = {
+    "dp_replicate": env_vars.PARALLELISM_DP_REPLICATE_SIZE,
+    "dp_shard": env_vars.PARALLELISM_DP_SHARD_SIZE,
+    "tp": env_vars.PARALLELISM_TP_SIZE,
+    "cp": env_vars.PARALLELISM_CP_SIZE,
+}
+_DIMENSION_HELP = {
+    "dp_replicate": "Data-parallel replicas (whole copies of the model).",
+    "dp_shard": "Data-parallel shards (processes a model's parameters are sharded over).",
+    "tp": "Tensor-parallel size (processes each layer is split over).",
+    "cp": "Context-parallel size (processes each sequence is split over; needs CUDA).",
+}
+PARALLELISM_KEYS: dict[str, ConfigKey] = {
+    f"parallelism_config_{dimension}_size": ConfigKey(
+        f"parallelism_config_{dimension}_size",
+        "int",
+        1,
+        f"{_DIMENSION_HELP[dimension]} With --use_parallelism_config.",
+        minimum=1,
+        env_var=var,
+    )
+    for dimension, var in PARALLELISM_DIMENSIONS.items()
+}
 # The sections of a file whose keys are typed; the other mappings are passed over unchecked.
 SECTIONS: dict[str, dict[str, ConfigKey]] = {
-    hook.section: {key.name: key for key in hook.keys}
-    for hook in HOOKS.values()
-    if hook.section is not None and hook.keys
+    PARALLELISM_SECTION: PARALLELISM_KEYS,
+    **{
+        hook.section: {key.name: key for key in hook.keys}
+        for hook in HOOKS.values()
+        if hook.section is not None and hook.keys
+    },
 }
 # The sections of adapters that are not installed: their keys cannot be checked, so a file that
 # sets any is refused with the install line rather than passed over unchecked.
@@ -204,13 +242,10 @@ PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "optimization_level",
         "opt_level",
     ),
+    # The sizes are typed (PARALLELISM_KEYS); these Accelerate keys are known but not read yet.
     "parallelism_config": tuple(
         f"parallelism_config_{name}"
         for name in (
-            "dp_replicate_size",
-            "dp_shard_size",
-            "tp_size",
-            "cp_size",
             "cp_comm_strategy",
             "cp_backend",
             "sp_size",
@@ -225,20 +260,31 @@ PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
 # Section keys that are settings under their own name (flag, env var, `config show`), the section
 # each comes from and the hook it belongs to. A section key that is a top-level key's fallback
 # (`ConfigKey.top_level`) is not.
+# The parallelism sizes come first and belong to no hook.
 SECTION_SETTINGS: dict[str, ConfigKey] = {
-    key.name: key for hook in HOOKS.values() for key in hook.settings_keys if key.name not in KEYS
+    **PARALLELISM_KEYS,
+    **{key.name: key for hook in HOOKS.values() for key in hook.settings_keys if key.name not in KEYS},
 }
 SECTION_OF: dict[str, str] = {
-    key.name: str(hook.section)
-    for hook in HOOKS.values()
-    for key in hook.settings_keys
-    if key.name in SECTION_SETTINGS
+    **dict.fromkeys(PARALLELISM_KEYS, PARALLELISM_SECTION),
+    **{
+        key.name: str(hook.section)
+        for hook in HOOKS.values()
+        for key in hook.settings_keys
+        if key.name in SECTION_SETTINGS and key.name not in PARALLELISM_KEYS
+    },
 }
 HOOK_OF: dict[str, LaunchHook] = {
-    key.name: hook for hook in HOOKS.values() for key in hook.settings_keys if key.name in SECTION_SETTINGS
+    key.name: hook
+    for hook in HOOKS.values()
+    for key in hook.settings_keys
+    if key.name in SECTION_SETTINGS and key.name not in PARALLELISM_KEYS
 }
-# Every setting an effective config holds: the top-level keys, then the section settings.
-SETTINGS: dict[str, ConfigKey] = {**KEYS, **SECTION_SETTINGS}
+# Settings a file sets only through a section's presence: name -> that section.
+IMPLIED_BY_SECTION: dict[str, str] = {PARALLELISM_SWITCH.name: PARALLELISM_SECTION}
+# Every setting an effective config holds: the top-level keys, the switches a section implies,
+# then the section settings.
+SETTINGS: dict[str, ConfigKey] = {**KEYS, PARALLELISM_SWITCH.name: PARALLELISM_SWITCH, **SECTION_SETTINGS}
 
 _TYPE_WORDS = {
     "bool": "true or false",

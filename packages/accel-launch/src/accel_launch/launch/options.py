@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel_launch.config.schema import RDZV_BACKENDS
+from accel_launch.config.parallelism import CP_NEEDS_CUDA, mesh_problem, setting_of
+from accel_launch.config.schema import PARALLELISM_DIMENSIONS, RDZV_BACKENDS
 from accel_state.environment.choices import CONFIG_MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import LaunchHookError
 
@@ -50,6 +51,9 @@ class LaunchOptions:
     dynamo_backend: str | None = None
     # The settings of the job's section that were given (its launch hook turns them into env vars).
     engine_settings: dict[str, Any] = field(default_factory=dict)
+    # The N-D mesh's size per dimension ("dp_replicate", "dp_shard", "tp", "cp"); empty: no
+    # parallelism config.
+    parallelism: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -104,6 +108,28 @@ class LaunchOptions:
             )
         for key in self.env:
             _check_env_key(key)
+        if self.parallelism:
+            self._check_parallelism()
+
+    def _check_parallelism(self) -> None:
+        unknown = sorted(set(self.parallelism) - set(PARALLELISM_DIMENSIONS))
+        if unknown:
+            raise LaunchOptionsError(
+                f"parallelism dimension {unknown[0]!r} is unknown "
+                f"(known: {', '.join(PARALLELISM_DIMENSIONS)})"
+            )
+        sizes = {dimension: self.parallelism.get(dimension, 1) for dimension in PARALLELISM_DIMENSIONS}
+        world = f"--num_processes {self.num_processes}"
+        if self.is_multi_machine:
+            world += f" * --num_machines {self.num_machines}"
+        world_size = self.num_processes * self.num_machines
+        problem = mesh_problem(sizes, world_size, world, lambda dimension: f"--{setting_of(dimension)}")
+        if problem is not None:
+            raise LaunchOptionsError(problem)
+        if self.cpu and sizes["cp"] > 1:
+            raise LaunchOptionsError(
+                f"--{setting_of('cp')} is {sizes['cp']} but --cpu runs the job on the CPU: {CP_NEEDS_CUDA}"
+            )
 
 
 def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:

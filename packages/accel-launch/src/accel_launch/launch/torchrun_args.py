@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel_launch.config.effective import hook_of_type
+from accel_launch.config.schema import PARALLELISM_DIMENSIONS
 from accel_launch.launch.options import LaunchOptions
 from accel_launch.rendezvous.ports import (
     LOCALHOST,
@@ -148,6 +149,11 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.ENABLE_CPU_AFFINITY] = "1"
     if options.dynamo_backend is not None:
         env[env_vars.DYNAMO_BACKEND] = options.dynamo_backend
+    if options.parallelism:
+        # Every size, as Accelerate passes them: the ranks need not know the defaults.
+        env[env_vars.USE_PARALLELISM_CONFIG] = "1"
+        for dimension, var in PARALLELISM_DIMENSIONS.items():
+            env[var] = str(options.parallelism.get(dimension, 1))
     if options.gpu_ids not in (None, "all") and not options.cpu:
         env["CUDA_VISIBLE_DEVICES"] = str(options.gpu_ids)
     hook = hook_of_type(options.distributed_type)
