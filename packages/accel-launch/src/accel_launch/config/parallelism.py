@@ -18,6 +18,7 @@ from accel_launch.config.schema import (
     PARALLELISM_SWITCH,
     ConfigError,
 )
+from accel_state.parallelism.config import CP_NEEDS_CUDA  # why cp_size > 1 cannot run on the CPU
 
 
 class ResolvedConfig(Protocol):
@@ -32,13 +33,6 @@ class ResolvedConfig(Protocol):
     def given(self, name: str) -> Any: ...
 
     def where(self, name: str) -> str: ...
-
-
-# Why a context-parallel size above 1 cannot run on the CPU.
-CP_NEEDS_CUDA = (
-    "torch's context parallel needs CUDA attention kernels (the flash / memory-efficient "
-    "scaled_dot_product_attention ones)"
-)
 
 
 def setting_of(dimension: str) -> str:

@@ -25,9 +25,9 @@ SIZE_VARIABLES = {
     "tp": env_vars.PARALLELISM_TP_SIZE,
     "cp": env_vars.PARALLELISM_CP_SIZE,
 }
-CP_NEEDS_CUDA = (
-    "torch's context parallel splits attention only in CUDA kernels (scaled_dot_product_attention's "
-    "flash and efficient backends); run cp_size > 1 on GPUs"
+CP_NEEDS_CUDA = (  # why cp_size > 1 cannot run on the CPU
+    "torch's context parallel needs CUDA attention kernels (the flash / memory-efficient "
+    "scaled_dot_product_attention ones)"
 )
 
 
@@ -119,18 +119,22 @@ class ParallelismConfig:
 
     @property
     def dp_replicate_enabled(self) -> bool:
+        """True when there are replicas of the model (dp_replicate_size > 1)."""
         return self.size_of("dp_replicate") > 1
 
     @property
     def dp_shard_enabled(self) -> bool:
+        """True when parameters are sharded within a replica (dp_shard_size > 1)."""
         return self.size_of("dp_shard") > 1
 
     @property
     def tp_enabled(self) -> bool:
+        """True when layers are split over tensor parallel ranks (tp_size > 1)."""
         return self.size_of("tp") > 1
 
     @property
     def cp_enabled(self) -> bool:
+        """True when sequences are split over context parallel ranks (cp_size > 1)."""
         return self.size_of("cp") > 1
 
     @property
@@ -171,6 +175,7 @@ class ParallelismConfig:
 
     @property
     def active_mesh_dims(self) -> list[str]:
+        """The enabled dimensions, data parallel first (Accelerate's list)."""
         return self.dp_dim_names + self.non_dp_dim_names
 
     def describe(self) -> str:
