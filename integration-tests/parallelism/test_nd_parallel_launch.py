@@ -191,3 +191,89 @@ def test_every_mesh_trains_to_the_weights_of_plain_training():
         assert result["difference"] <= FP32_TOLERANCE, f"{name}: weights differ by {result['difference']}"
     for rank in results[1:]:
         assert [r["norms"] for r in rank] == [r["norms"] for r in main], "every rank sees the global norm"
+
+
+# Checkpoints between meshes ------------------------------------------------------------------------
+STEPS = 3  # steps before the save, and after it
+
+
+def _global_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1000 + step)
+    tokens = torch.randint(0, VOCAB, (8, SEQUENCE + 1), generator=generator)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _mesh_run(sizes: dict, state_dict_type: str, seed: int):  # noqa: ANN202
+    from accel import (
+        Accelerator,
+        FullyShardedDataParallelPlugin,
+        ParallelismConfig,
+        TorchTensorParallelConfig,
+    )
+
+    _reset()
+    config = ParallelismConfig(**sizes, tp_handler=TorchTensorParallelConfig(tp_plan=PLAN))
+    plugin = FullyShardedDataParallelPlugin(state_dict_type=state_dict_type)
+    accelerator = Accelerator(parallelism_config=config, fsdp_plugin=plugin)
+    torch.manual_seed(seed)
+    model = TinyLM()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    return accelerator, model, optimizer
+
+
+def _steps(accelerator, model, optimizer, first: int) -> None:  # noqa: ANN001
+    layout = accelerator.backend.data_layout()
+    for step in range(first, first + STEPS):
+        x, y = _global_batch(step)
+        rows = len(x) // layout.num_shards
+        mine = slice(layout.shard_index * rows, (layout.shard_index + 1) * rows)
+        accelerator.backward(_loss(model, x[mine], y[mine]))
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def save_then_continue(sizes: dict, state_dict_type: str, folder: str) -> dict:
+    """Train STEPS steps on mesh `sizes`, save_state, train STEPS more; return the full weights."""
+    accelerator, model, optimizer = _mesh_run(sizes, state_dict_type, seed=0)
+    _steps(accelerator, model, optimizer, 0)
+    accelerator.save_state(folder)
+    _steps(accelerator, model, optimizer, STEPS)
+    return {k: v.tolist() for k, v in accelerator.get_state_dict(model).items()}
+
+
+def load_then_continue(sizes: dict, state_dict_type: str, folder: str) -> dict:
+    """Build the model afresh (other weights) on mesh `sizes`, load_state, train the same STEPS."""
+    accelerator, model, optimizer = _mesh_run(sizes, state_dict_type, seed=1)
+    accelerator.load_state(folder)
+    _steps(accelerator, model, optimizer, STEPS)
+    return {k: v.tolist() for k, v in accelerator.get_state_dict(model).items()}
+
+
+def checkpoint_round_trips(folder: str, state_dict_type: str, targets: list[dict]) -> list[dict]:
+    saved = save_then_continue({"dp_shard_size": 2, "tp_size": 2}, state_dict_type, folder)
+    return [saved, *(load_then_continue(sizes, state_dict_type, folder) for sizes in targets)]
+
+
+def _max_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys(), (sorted(a), sorted(b))
+    return max(float((torch.tensor(a[k]) - torch.tensor(b[k])).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("state_dict_type", ["SHARDED_STATE_DICT", "FULL_STATE_DICT"])
+def test_a_checkpoint_of_one_mesh_resumes_exactly_on_another(tmp_path, state_dict_type):
+    targets = [
+        {"dp_shard_size": 2, "tp_size": 2},  # the same mesh
+        {"dp_shard_size": 4},
+        {"tp_size": 4},
+        {"dp_replicate_size": 2, "tp_size": 2},
+    ]
+    folder = str(tmp_path / "checkpoint")
+    saved, *resumed = run_on_ranks(checkpoint_round_trips, 4, folder, state_dict_type, targets, timeout=600)[
+        0
+    ]
+    for sizes, weights in zip(targets, resumed, strict=True):
+        assert _max_difference(weights, saved) <= FP32_TOLERANCE, f"{sizes}: resumed weights differ"
+    if state_dict_type == "SHARDED_STATE_DICT":  # resharded onto another number of processes too
+        on_two = run_on_ranks(load_then_continue, 2, {"tp_size": 2}, state_dict_type, folder, timeout=300)[0]
+        assert _max_difference(on_two, saved) <= FP32_TOLERANCE
