@@ -249,9 +249,10 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Real multi-process jobs through `accel launch` (gloo on CPU); some launch the examples."""
+    """Real multi-process jobs through `accel launch` (gloo on CPU); some launch the examples, and
+    the N-D parallelism job trains a tiny transformers Llama with its own tensor parallel plan."""
     install_packages(session, *PACKAGES, extra="test")
-    session.install("-c", CONSTRAINTS, "tqdm")
+    session.install("-c", CONSTRAINTS, *EXAMPLE_REQUIREMENTS)
     session.run(
         "pytest",
         "-q",

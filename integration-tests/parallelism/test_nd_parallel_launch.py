@@ -19,6 +19,7 @@ VOCAB, WIDTH, HEADS, SEQUENCE = 32, 16, 4, 8
 CLIP = 0.5
 ACCUMULATION = 2
 FP32_TOLERANCE = 1e-5
+BF16_TOLERANCE = 5e-2  # bf16 parameters in the forward, against the fp32 reference
 PLAN = {
     "blocks.*.attention.query": "colwise",
     "blocks.*.attention.key": "colwise",
@@ -117,13 +118,15 @@ def _one_copy_per_shard(gathered: torch.Tensor, world: int, ranks_per_shard: int
     )
 
 
-def train(sizes: dict) -> dict:
+def train(sizes: dict, mixed_precision: str = "no") -> dict:
     """Train TinyLM on the mesh `sizes` and, beside it, a plain copy on the same global batches."""
     from accel import Accelerator, ParallelismConfig, TorchTensorParallelConfig
 
     _reset()
     config = ParallelismConfig(**sizes, tp_handler=TorchTensorParallelConfig(tp_plan=PLAN))
-    accelerator = Accelerator(parallelism_config=config, gradient_accumulation_steps=ACCUMULATION)
+    accelerator = Accelerator(
+        parallelism_config=config, gradient_accumulation_steps=ACCUMULATION, mixed_precision=mixed_precision
+    )
     torch.manual_seed(0)
     model = TinyLM()
     reference = TinyLM()
@@ -133,7 +136,7 @@ def train(sizes: dict) -> dict:
     loader = torch.utils.data.DataLoader(_data(), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     world, per_shard = accelerator.num_processes, config.non_data_parallel_size
-    same_batch_in_group, norms, reference_norms, steps = True, [], [], 0
+    same_batch_in_group, norms, reference_norms, steps, losses = True, [], [], 0, []
     for _ in range(2):
         for x, y in loader:
             everyone = accelerator.gather(x)
@@ -142,7 +145,9 @@ def train(sizes: dict) -> dict:
             global_x = _one_copy_per_shard(everyone, world, per_shard)
             global_y = _one_copy_per_shard(accelerator.gather(y), world, per_shard)
             with accelerator.accumulate(model):
-                accelerator.backward(_loss(model, x, y))
+                loss = _loss(model, x, y)
+                losses.append(float(loss))
+                accelerator.backward(loss)
                 if accelerator.sync_gradients:
                     norms.append(float(accelerator.clip_grad_norm_(model.parameters(), CLIP)))
                 optimizer.step()
@@ -169,12 +174,13 @@ def train(sizes: dict) -> dict:
         "norms": norms,
         "reference_norms": reference_norms,
         "mesh": list(accelerator.torch_device_mesh.mesh_dim_names),
+        "losses": losses,
         "type": accelerator.distributed_type.value,
     }
 
 
-def train_each(meshes: list[dict]) -> list[dict]:
-    return [train(sizes) for sizes in meshes]
+def train_each(meshes: list[dict], mixed_precision: str = "no") -> list[dict]:
+    return [train(sizes, mixed_precision) for sizes in meshes]
 
 
 def test_every_mesh_trains_to_the_weights_of_plain_training():
@@ -191,6 +197,16 @@ def test_every_mesh_trains_to_the_weights_of_plain_training():
         assert result["difference"] <= FP32_TOLERANCE, f"{name}: weights differ by {result['difference']}"
     for rank in results[1:]:
         assert [r["norms"] for r in rank] == [r["norms"] for r in main], "every rank sees the global norm"
+
+
+def test_bf16_runs_as_fsdps_policy_on_the_mesh_and_trains():
+    meshes = [{"dp_shard_size": 2, "tp_size": 2}, {"dp_replicate_size": 2, "tp_size": 2}]
+    for result in run_on_ranks(train_each, 4, meshes, "bf16", timeout=600)[0]:
+        first, last = sum(result["losses"][:8]) / 8, sum(result["losses"][-8:]) / 8
+        assert last < 0.9 * first, f"bf16 must train: mean loss {first} -> {last}"
+        # bf16 really runs (the weights leave fp32's by more than rounding) and stays close.
+        assert 1e-4 < result["difference"] <= BF16_TOLERANCE, result["difference"]
+        assert result["tied"] and result["same_batch_in_group"]
 
 
 # Checkpoints between meshes ------------------------------------------------------------------------
@@ -277,3 +293,65 @@ def test_a_checkpoint_of_one_mesh_resumes_exactly_on_another(tmp_path, state_dic
     if state_dict_type == "SHARDED_STATE_DICT":  # resharded onto another number of processes too
         on_two = run_on_ranks(load_then_continue, 2, {"tp_size": 2}, state_dict_type, folder, timeout=300)[0]
         assert _max_difference(on_two, saved) <= FP32_TOLERANCE
+
+
+# A transformers model with its own plan ------------------------------------------------------------
+def train_llama(sizes: dict) -> dict:
+    """Train a tiny LlamaForCausalLM (tied embedding) on mesh `sizes` with its own tp_plan, and a
+    plain copy on the same global batches; return the largest weight difference (main process)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from accel import Accelerator, ParallelismConfig
+
+    _reset()
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes))
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=SEQUENCE, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    reference = LlamaForCausalLM(config)
+    reference.load_state_dict(model.state_dict())
+    # lr 1e-3: AdamW scales the rounding noise of small gradients (summed in another order on each
+    # mesh) by lr / sqrt(v); a wrong split would still move the weights by ~lr per step.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    initial = {k: v.clone() for k, v in reference.state_dict().items()}
+    model, optimizer = accelerator.prepare(model, optimizer)
+    layout = accelerator.backend.data_layout()
+    for step in range(4):
+        x, y = _global_batch(step)
+        rows = len(x) // layout.num_shards
+        mine = slice(layout.shard_index * rows, (layout.shard_index + 1) * rows)
+        logits = model(input_ids=x[mine]).logits
+        accelerator.backward(
+            torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y[mine].reshape(-1))
+        )
+        optimizer.step()
+        optimizer.zero_grad()
+        expected = reference(input_ids=x).logits
+        torch.nn.functional.cross_entropy(expected.reshape(-1, VOCAB), y.reshape(-1)).backward()
+        reference_optimizer.step()
+        reference_optimizer.zero_grad()
+    inner = accelerator.unwrap_model(model)
+    split = type(inner.model.layers[0].self_attn.q_proj.weight).__name__
+    full = accelerator.get_state_dict(model)
+    difference = None
+    if accelerator.is_main_process:
+        expected_weights = reference.state_dict()
+        difference = max(float((full[k] - expected_weights[k]).abs().max()) for k in expected_weights)
+    return {
+        "difference": difference,
+        "moved": max(float((v - initial[k]).abs().max()) for k, v in reference.state_dict().items()),
+        "tied": inner.lm_head.weight is inner.model.embed_tokens.weight,
+        "split": split,
+    }
+
+
+def test_a_transformers_llama_trains_with_its_own_plan():
+    pytest.importorskip("transformers", reason="the integration session installs transformers")
+    result = run_on_ranks(train_llama, 4, {"dp_shard_size": 2, "tp_size": 2}, timeout=400)[0]
+    assert result["split"] == "DTensor" and result["tied"], result
+    assert result["moved"] > 100 * FP32_TOLERANCE, result
+    assert result["difference"] <= FP32_TOLERANCE, result

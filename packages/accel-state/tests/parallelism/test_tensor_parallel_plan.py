@@ -53,8 +53,10 @@ def test_the_base_models_plan_is_read_under_its_prefix():
         "model.layers.0.down": "rowwise",
         "model.layers.1.down": "rowwise",
     }
-    model._tp_plan = {"lm_head": "colwise_rep"}
-    assert plan_of(model, None) == ({"lm_head": "colwise_rep"}, "CausalLM._tp_plan")
+    model._tp_plan = {"lm_head": "colwise_gather_output", "model.layers.*.up": "colwise"}
+    plan, source = plan_of(model, None)
+    assert source == "CausalLM._tp_plan"
+    assert resolve(model, plan, source)["lm_head"] == "colwise_gather_output"  # transformers' own style names
 
 
 def test_a_model_without_a_plan_is_told_how_to_give_one():

@@ -26,16 +26,29 @@ def _styles() -> dict[str, Callable[[], Any]]:
     from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
 
+    gathered = lambda: ColwiseParallel(output_layouts=Replicate())  # noqa: E731
+    scattered = lambda: RowwiseParallel(input_layouts=Replicate())  # noqa: E731
     return {
         "colwise": ColwiseParallel,
         "rowwise": RowwiseParallel,
-        "colwise_rep": lambda: ColwiseParallel(output_layouts=Replicate()),
-        "rowwise_rep": lambda: RowwiseParallel(input_layouts=Replicate()),
+        "colwise_rep": gathered,
+        "rowwise_rep": scattered,
+        # transformers' names for the same splits of an output head and of an embedding's rows.
+        "colwise_gather_output": gathered,
+        "embedding_rowwise": scattered,
         "sequence_parallel": SequenceParallel,
     }
 
 
-STYLE_NAMES = ("colwise", "rowwise", "colwise_rep", "rowwise_rep", "sequence_parallel")
+STYLE_NAMES = (
+    "colwise",
+    "rowwise",
+    "colwise_rep",
+    "rowwise_rep",
+    "colwise_gather_output",
+    "embedding_rowwise",
+    "sequence_parallel",
+)
 
 
 def plan_of(model: torch.nn.Module, given: Mapping[str, str] | None) -> tuple[dict[str, str], str]:
