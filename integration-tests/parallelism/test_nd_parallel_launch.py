@@ -158,6 +158,13 @@ def train(sizes: dict, mixed_precision: str = "no") -> dict:
                 reference_norms.append(float(torch.nn.utils.clip_grad_norm_(reference.parameters(), CLIP)))
                 reference_optimizer.step()
                 reference_optimizer.zero_grad()
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    whole = torch.arange(8.0).reshape(4, 2)
+    split = distribute_tensor(whole, accelerator.torch_device_mesh["tp"], [Shard(0)])
+    dtensor_collectives = torch.equal(accelerator.gather(split), whole.repeat(world, 1)) and torch.equal(
+        accelerator.reduce(split, "sum"), whole * world
+    )
     full = accelerator.get_state_dict(model)
     inner = accelerator.unwrap_model(model)
     difference = None
@@ -175,6 +182,7 @@ def train(sizes: dict, mixed_precision: str = "no") -> dict:
         "reference_norms": reference_norms,
         "mesh": list(accelerator.torch_device_mesh.mesh_dim_names),
         "losses": losses,
+        "dtensor_collectives": dtensor_collectives,
         "type": accelerator.distributed_type.value,
     }
 
@@ -192,6 +200,7 @@ def test_every_mesh_trains_to_the_weights_of_plain_training():
         assert result["same_batch_in_group"], f"{name}: ranks of one tp group must read one batch"
         assert result["global_rows"] == 4 * (4 // MESHES[name].get("tp_size", 1)), name
         assert result["tied"], f"{name}: the head must stay tied to the embedding"
+        assert result["dtensor_collectives"], f"{name}: gather and reduce take a DTensor's full tensor"
         assert result["norms"] == pytest.approx(result["reference_norms"], rel=1e-4), name
         assert max(result["reference_norms"]) > CLIP, f"{name}: the clip must act"
         assert result["difference"] <= FP32_TOLERANCE, f"{name}: weights differ by {result['difference']}"

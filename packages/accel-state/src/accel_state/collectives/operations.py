@@ -13,6 +13,7 @@ gathers read the sizes they need from that same exchange, and inputs of at most 
 from __future__ import annotations
 
 import pickle
+import sys
 from typing import Any
 
 import torch
@@ -35,6 +36,19 @@ from accel_state.shared_state.partial_state import PartialState
 
 def _state() -> PartialState:
     return PartialState()
+
+
+def _whole(data: Any) -> Any:
+    """Return `data` with each DTensor (a sharded or tensor parallel output) as its full tensor.
+
+    Every rank of the DTensor's mesh calls this (it is a collective on that mesh), as they all call
+    the gather or reduce it precedes. Nothing is walked where no DTensor can exist: torch's tensor
+    module is imported by whatever makes one.
+    """
+    module = sys.modules.get("torch.distributed.tensor")
+    if module is None or not any(isinstance(t, module.DTensor) for t in tensor_leaves(data)):
+        return data
+    return recursively_apply(lambda t: t.full_tensor() if isinstance(t, module.DTensor) else t, data)
 
 
 def _agree(
@@ -94,8 +108,10 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
 
 @names_collective("gather")
 def gather(data: Any) -> Any:
-    """Return every rank's tensors concatenated along dim 0, in rank order, on every rank."""
+    """Return every rank's tensors concatenated along dim 0, in rank order, on every rank (a
+    DTensor's full tensor)."""
     state = _state()
+    data = _whole(data)
     if not state.use_distributed:
         return data
     agreed = _agree_inline(state, "gather", data)
@@ -216,9 +232,11 @@ _REDUCTIONS = ("sum", "mean", "max", "min", "none")
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """Return the element-wise sum (mean, max or min) over ranks of every tensor, times `scale`.
 
-    "none" returns each rank's own tensors (times `scale`). Results are detached copies.
+    "none" returns each rank's own tensors (times `scale`). Results are detached copies; a
+    DTensor is reduced as its full tensor.
     """
     state = _state()
+    data = _whole(data)
     if state.use_distributed and state.check_collectives:
         _agree(state, describe("reduce", data, arguments=f"reduction={reduction!r}"))
     if reduction not in _REDUCTIONS:

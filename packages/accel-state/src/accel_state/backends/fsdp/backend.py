@@ -205,14 +205,19 @@ class FsdpBackend(PrecisionSteps, BackendBase):
         if device_placement and not on_meta and not plugin.cpu_offload:
             inner.to(self.state.device)
         original = dict(inner.named_parameters())
-        # Rank 0's weights become every rank's (as DDP broadcasts them); with
-        # cpu_ram_efficient_loading the other ranks may hold the model on the meta device.
-        full = inner.state_dict() if self.state.process_index == 0 else {}
         if on_meta and not plugin.cpu_ram_efficient_loading:
             raise FsdpConfigError(
                 "a model on the meta device can be prepared only with cpu_ram_efficient_loading=True "
                 "(--fsdp_cpu_ram_efficient_loading), which loads the main process's weights into it"
             )
+        # Rank 0's weights become every rank's (as DDP broadcasts them): in place before the model is
+        # split, so no rank holds a second copy; with cpu_ram_efficient_loading the other ranks may
+        # hold the model on the meta device, and the main process's weights are sent once sharded.
+        full: dict[str, torch.Tensor] | None = None
+        if plugin.cpu_ram_efficient_loading:
+            full = inner.state_dict() if self.state.process_index == 0 else {}
+        else:
+            _broadcast_from_main(inner)
         if self.parallelism is not None and self.parallelism.tp_enabled:
             handler = self.parallelism.tp_handler
             plan, source = plan_of(inner, handler.tp_plan if handler is not None else None)
@@ -228,7 +233,8 @@ class FsdpBackend(PrecisionSteps, BackendBase):
         release_at_exit(self, inner, release_parameter_groups)
         if on_meta:
             inner.to_empty(device="cpu" if plugin.cpu_offload else self.state.device)
-        self._load_from_main(inner, full)
+        if full is not None:
+            self._load_from_main(inner, full)
         sharded = dict(inner.named_parameters())
         for name, parameter in original.items():
             if name in sharded:
@@ -315,6 +321,17 @@ class FsdpBackend(PrecisionSteps, BackendBase):
         if sharded:
             saved |= {id(m) for m in prepared.models if isinstance(unwrap(m), FSDPModule)}
         return left_to_generic_code(prepared, lambda obj: id(obj) in saved)
+
+
+def _broadcast_from_main(model: torch.nn.Module) -> None:
+    """Overwrite every parameter and buffer of `model` with the main process's, in place (collective)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
 
 
 _SYNC_FLAG = "_accel_requires_gradient_sync"  # what the innermost sync context asked, for nesting

@@ -1,0 +1,77 @@
+"""N-D parallelism on 4 CPU processes: steps/s and peak memory per rank of one model on each mesh
+shape, accel against the same composition written by hand in torch.
+
+Shapes: DDP (4 replicas), FSDP2 (dp_shard 4), HSDP (dp_replicate 2 x dp_shard 2) and FSDP2 x TP
+(dp_shard 2 x tp 2), each one job per contender and round (`workers/nd_job.py`): BLOCKS residual
+MLP blocks of width WIDTH, AdamW, a global batch of 32 rows split over the data parallel ranks.
+raw builds the mesh, the tensor parallel split and `fully_shard` by hand; accel is
+`Accelerator(parallelism_config=...)`. Memory is each rank's peak RSS above its start (the mean
+over ranks), under glibc's fixed mmap threshold (see `benchmarks.figures.memory`). Targets:
+steps/s >= 0.99x hand-written; memory within 2% of hand-written.
+"""
+
+from __future__ import annotations
+
+from benchmarks.jobs import round_order, run_job
+from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
+
+WIDTH, BLOCKS, STEPS, PROCESSES = 512, 6, 8, 4  # 6 * 2 * 512 * 2048 * 4 bytes = 50 MB of fp32 weights
+QUICK = {"width": 64, "blocks": 2, "steps": 2}
+SHAPES = {"ddp": "DDP", "fsdp": "FSDP2", "hsdp": "HSDP 2x2", "fsdp_tp": "FSDP2 x TP 2x2"}
+QUICK_SHAPES = ("fsdp_tp",)
+ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024), "OMP_NUM_THREADS": "1"}
+NOTE = (
+    "4 processes x 1 thread, residual MLP blocks + AdamW, global batch 32; raw: init_device_mesh, "
+    "parallelize_module and fully_shard by hand (DDP for DDP); accel: Accelerator(parallelism_config=...)"
+)
+
+
+def measure(options: RunOptions) -> list[Measurement]:
+    """Return steps/s and memory per rank for each mesh shape (x: the shape's index)."""
+    quick = options.quick
+    model = QUICK if quick else {"width": WIDTH, "blocks": BLOCKS, "steps": STEPS}
+    arguments = [f"--{name}={value}" for name, value in model.items()]
+    shapes = list(QUICK_SHAPES if quick else SHAPES)
+    contenders = [c for c in options.contenders if c in (RAW, ACCEL)]
+    speed: dict[str, dict[str, list[float]]] = {shape: {} for shape in shapes}
+    memory: dict[str, dict[str, list[float]]] = {shape: {} for shape in shapes}
+    for round_index in range(1 if quick else options.rounds):
+        for shape in shapes:
+            for contender in round_order(contenders, round_index):
+                answer = run_job(
+                    contender, "nd_job.py", [contender, shape, *arguments], processes=PROCESSES, extra_env=ENV
+                )
+                speed[shape].setdefault(contender, []).append(answer["steps_per_s"])
+                peaks = answer["peaks_mb"]
+                memory[shape].setdefault(contender, []).append(sum(peaks) / len(peaks))
+    measurements = []
+    for index, shape in enumerate(shapes):
+        common = {"x": float(index), "x_label": "mesh (" + ", ".join(SHAPES[s] for s in shapes) + ")"}
+        note = f"{model['blocks']} blocks of width {model['width']}; " + NOTE
+        measurements.append(
+            Measurement(
+                figure=f"N-D train, {SHAPES[shape]}",
+                group="nd_parallel",
+                unit="steps/s",
+                higher_is_better=True,
+                samples=speed[shape],
+                note=note,
+                target="accel/raw>=0.99",
+                series="steps/s",
+                **common,
+            )
+        )
+        measurements.append(
+            Measurement(
+                figure=f"N-D peak RSS per rank, {SHAPES[shape]}",
+                group="nd_parallel_memory",
+                unit="MB per rank",
+                higher_is_better=False,
+                samples=memory[shape],
+                note=note,
+                target="accel/raw<=1.02;accel/raw>=0.98",
+                series="peak RSS per rank",
+                **common,
+            )
+        )
+    return measurements
