@@ -364,3 +364,99 @@ def test_a_transformers_llama_trains_with_its_own_plan():
     assert result["split"] == "DTensor" and result["tied"], result
     assert result["moved"] > 100 * FP32_TOLERANCE, result
     assert result["difference"] <= FP32_TOLERANCE, result
+
+
+# The loop on a mesh: the loader's options, resume mid-epoch, save_model ----------------------------
+LOOP_MESH = {"dp_shard_size": 2, "tp_size": 2}  # 2 data shards of 2 tensor-parallel ranks each
+
+
+def _loop_accelerator(**options):  # noqa: ANN202
+    from accel import Accelerator, ParallelismConfig, TorchTensorParallelConfig
+
+    _reset()
+    config = ParallelismConfig(**LOOP_MESH, tp_handler=TorchTensorParallelConfig(tp_plan=PLAN))
+    return Accelerator(parallelism_config=config, **options)
+
+
+def _gathered_rows(accelerator, batch: torch.Tensor) -> list:  # noqa: ANN001
+    """Every rank's batch in rank order (a list per rank), to check what each data shard read."""
+    return [chunk.tolist() for chunk in accelerator.gather(batch[None]).unbind()]
+
+
+def loop_on_a_mesh(folder: str) -> dict:
+    """split_batches, even_batches with gather_for_metrics, resume mid-epoch and save_model, on the
+    (dp_shard 2, tp 2) mesh; return what the main process checks."""
+    from torch.utils.data import DataLoader
+
+    from accel.utils import gather_object
+
+    out: dict = {}
+    # split_batches: the global batch of 8 is cut between the 2 data shards, not the 4 ranks.
+    accelerator = _loop_accelerator(split_batches=True)
+    loader = accelerator.prepare(DataLoader(torch.arange(32), batch_size=8))
+    out["split"] = [_gathered_rows(accelerator, batch) for batch in loader]
+
+    # even_batches: 13 samples in batches of 2 per shard; gather_for_metrics gives each sample once.
+    accelerator = _loop_accelerator()
+    loader = accelerator.prepare(DataLoader(torch.arange(13), batch_size=2))
+    out["metrics"] = [x for batch in loader for x in accelerator.gather_for_metrics(batch).tolist()]
+    accelerator = _loop_accelerator(even_batches=False)
+    loader = accelerator.prepare(DataLoader(torch.arange(13), batch_size=2))
+    seen = [x for batch in loader for x in batch.tolist()]
+    out["uneven"] = gather_object([seen])
+
+    # Resume mid-epoch (shuffled loader, torch's default sampler): 3 batches, save_state, then a new
+    # job loads the state and skips them; head + rest must be the whole epoch on every rank.
+    def job():  # noqa: ANN202
+        accelerator = _loop_accelerator()
+        torch.manual_seed(0)
+        model = TinyLM()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        loader = DataLoader(_data(), batch_size=4, shuffle=True)
+        return (accelerator, *accelerator.prepare(model, optimizer, loader))
+
+    accelerator, model, optimizer, loader = job()
+    whole_epoch = [x.tolist() for x, _ in loader]
+    accelerator, model, optimizer, loader = job()
+    head = []
+    for x, _ in loader:
+        head.append(x.tolist())
+        if len(head) == 3:
+            accelerator.save_state(f"{folder}/state")
+            break
+    accelerator, model, optimizer, loader = job()
+    accelerator.load_state(f"{folder}/state")
+    rest = [x.tolist() for x, _ in accelerator.skip_first_batches(loader, 3)]
+    out["resume"] = gather_object([(head + rest == whole_epoch, len(whole_epoch))])
+    out["shards_differ"] = gather_object([whole_epoch[0]])
+
+    # save_model on the mesh: one safetensors file of full tensors, loadable by a plain model.
+    accelerator.save_model(model, f"{folder}/model")
+    full = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        from safetensors.torch import load_file
+
+        written = load_file(f"{folder}/model/model.safetensors")
+        plain = TinyLM()
+        missing, unexpected = plain.load_state_dict(written, strict=False)
+        out["saved_equal"] = all(torch.equal(plain.state_dict()[k], full[k]) for k in full)
+        out["not_loaded"] = sorted([*missing, *unexpected])  # the tied head is the embedding
+    accelerator.wait_for_everyone()
+    return out
+
+
+def test_the_loop_keeps_its_exactness_over_the_data_parallel_ranks(tmp_path):
+    result = run_on_ranks(loop_on_a_mesh, 4, str(tmp_path), timeout=400)[0]
+    for step, ranks in enumerate(result["split"]):  # ranks 0-1 read shard 0, ranks 2-3 shard 1
+        assert ranks[0] == ranks[1] and ranks[2] == ranks[3], f"step {step}: a tp group read two batches"
+        assert ranks[0] + ranks[2] == list(range(8 * step, 8 * step + 8)), f"step {step}: {ranks}"
+    assert result["metrics"] == list(range(13)), "gather_for_metrics: each sample once, in order"
+    shard_0, _, shard_1, _ = result["uneven"]
+    assert result["uneven"][0] == result["uneven"][1] and result["uneven"][2] == result["uneven"][3]
+    assert sorted(shard_0 + shard_1) == list(range(13)), result["uneven"]
+    for rank, (exact, batches) in enumerate(result["resume"]):
+        assert exact and batches == 64 // 4 // 2, f"rank {rank}: the resumed epoch differs"
+    first = result["shards_differ"]
+    assert first[0] == first[1] and first[2] == first[3] and first[0] != first[2], first
+    assert result["saved_equal"], "save_model must write the full weights"
+    assert set(result["not_loaded"]) <= {"head.weight"}, result["not_loaded"]

@@ -16,9 +16,13 @@ import torch
 
 import accel_data
 import accel_state
+import accel_state.parallelism.config
 from accel.environment import availability
 
-LAYOUT_MODULES = ("accel.utils", "accel.logging", "accel.local_sgd", "accel.data_loader", "accel.state")
+LAYOUT_MODULES = (
+    "accel.utils", "accel.logging", "accel.local_sgd", "accel.data_loader", "accel.state",
+    "accel.parallelism_config",
+)  # fmt: skip
 
 
 def test_import_accel_imports_none_of_the_layout_modules():
@@ -36,6 +40,13 @@ def test_import_accel_imports_only_its_own_small_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("path", ["accel.parallelism_config", "accel.utils", "accel.utils.dataclasses"])
+def test_the_mesh_configuration_is_at_accelerates_paths(path):
+    module = importlib.import_module(path)
+    for name in ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"):
+        assert getattr(module, name) is getattr(accel_state.parallelism.config, name), f"{path}.{name}"
 
 
 def test_the_layout_modules_import():

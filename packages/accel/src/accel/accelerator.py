@@ -160,6 +160,21 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
             return None
         return self.parallelism_config.get_device_mesh(self.device.type)
 
+    def maybe_context_parallel(
+        self,
+        buffers: list[torch.Tensor] | None = None,
+        buffer_seq_dims: list[int] | None = None,
+        no_restore_buffers: set[torch.Tensor] | None = None,
+    ) -> contextlib.AbstractContextManager[None]:
+        """A region in which `buffers` are split along `buffer_seq_dims` over the mesh's `cp` ranks
+        and attention runs as ring attention (CUDA, cp_size > 1); a plain region otherwise, so the
+        same loop runs with and without context parallel."""
+        from accel_state.parallelism.context_parallel import context_parallel_region
+
+        return context_parallel_region(
+            self.parallelism_config, self.torch_device_mesh, buffers, buffer_seq_dims, no_restore_buffers
+        )
+
     @property
     def split_batches(self) -> bool:
         """Whether each loader's batch size is the global one, split between the processes."""

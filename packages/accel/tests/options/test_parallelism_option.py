@@ -42,3 +42,18 @@ def test_which_run_a_config_asks_for():
         requested_parallelism(ParallelismConfig(tp_size=2), OtherEnginePlugin(), DistributedType.DEEPSPEED)
     with pytest.raises(TypeError, match="takes a ParallelismConfig, got dict"):
         requested_parallelism({"tp_size": 2}, None, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("config", [None, ParallelismConfig()])
+def test_maybe_context_parallel_is_a_plain_region_without_cp(config):
+    import torch
+
+    accelerator = Accelerator(cpu=True, parallelism_config=config)
+    tokens = torch.arange(8).view(2, 4)
+    with accelerator.maybe_context_parallel(
+        buffers=[tokens], buffer_seq_dims=[1], no_restore_buffers={tokens}
+    ):
+        assert tokens.shape == (2, 4)
+    with pytest.raises(ParallelismConfigError, match="1 buffers but 0 buffer_seq_dims"):
+        with accelerator.maybe_context_parallel(buffers=[tokens]):
+            pass

@@ -37,14 +37,16 @@ def launch_script(
     launch_args: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
     timeout: float = 180,
+    cpu: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Return the finished `accel launch --cpu --num_processes N [launch_args] script [script_args]`.
+    """Return the finished `accel launch --cpu --num_processes N [launch_args] script [script_args]`
+    (without `--cpu` when `cpu` is False: one GPU per process where the machine has them).
 
     Output is captured as text; a non-zero exit is returned, not raised. A job still running after
     `timeout` seconds is killed with all its workers and LaunchTimeoutError is raised.
     """
     command = [
-        sys.executable, "-m", "accel_launch.commands.cli", "launch", "--cpu",
+        sys.executable, "-m", "accel_launch.commands.cli", "launch", *(["--cpu"] if cpu else []),
         "--num_processes", str(num_processes),
         *launch_args, str(script), *(str(arg) for arg in script_args),
     ]  # fmt: skip
@@ -79,19 +81,21 @@ def run_on_ranks(
     *args: Any,
     env: Mapping[str, str] | None = None,
     timeout: float = 180,
+    cpu: bool = True,
 ) -> list[Any]:
     """Return `fn(*args)` as computed on each of `num_processes` launched ranks, ordered by rank.
 
     `fn` must be a module-level function (it is loaded again from its file on every rank) and its
-    arguments and return value must be picklable. A rank that raises, or a job that exits non-zero,
-    raises AssertionError with each failing rank's traceback and the end of the job's stderr.
+    arguments and return value must be picklable; `cpu=False` launches on the GPUs. A rank that
+    raises, or a job that exits non-zero, raises AssertionError with each failing rank's traceback
+    and the end of the job's stderr.
     """
     file, module_name = _function_source(fn)
     with tempfile.TemporaryDirectory(prefix="accel-ranks-") as tmp:
         call_file = Path(tmp) / "call.pkl"
         call = {"file": file, "module": module_name, "qualname": fn.__qualname__, "args": pickle.dumps(args)}
         call_file.write_bytes(pickle.dumps(call))
-        result = launch_script(_WORKER, num_processes, [call_file, tmp], env=env, timeout=timeout)
+        result = launch_script(_WORKER, num_processes, [call_file, tmp], env=env, timeout=timeout, cpu=cpu)
         outcomes = [_read_outcome(Path(tmp) / f"rank_{rank}.pkl") for rank in range(num_processes)]
 
     failures = [

@@ -96,6 +96,7 @@ from accel_state import (
     FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
     KwargsHandler,
+    ParallelismConfig,
     broadcast,
     broadcast_object_list,
     copy_tensor_to_devices,
@@ -108,6 +109,7 @@ from accel_state import (
     send_to_device,
     set_seed,
 )
+from accel_state.parallelism.config import TorchContextParallelConfig, TorchTensorParallelConfig
 
 __all__ = [
     "DataLoaderConfiguration",
@@ -201,6 +203,9 @@ __all__ = [
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "ParallelismConfig",
+    "TorchContextParallelConfig",
+    "TorchTensorParallelConfig",
     "LoggerType",
     "ProfileKwargs",
 ]

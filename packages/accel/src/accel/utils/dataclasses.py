@@ -21,7 +21,9 @@ from accel_state import (
     FullyShardedDataParallelPlugin,
     GradientAccumulationPlugin,
     KwargsHandler,
+    ParallelismConfig,
 )
+from accel_state.parallelism.config import TorchContextParallelConfig, TorchTensorParallelConfig
 
 __all__ = [
     "AutocastKwargs",
@@ -34,6 +36,9 @@ __all__ = [
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "ParallelismConfig",
+    "TorchContextParallelConfig",
+    "TorchTensorParallelConfig",
     "LoggerType",
     "ProfileKwargs",
     "ProjectConfiguration",
