@@ -12,7 +12,6 @@ save is over (it no longer holds the folder's lock), and removes its own on any 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.checkpointing.content_digest import DIGEST_NAME
-from accel.checkpointing.digests import file_digest
+from accel.checkpointing.digests import file_digest, write_later
 from accel.checkpointing.errors import CheckpointError, raise_any_failure
 from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
 from accel.checkpointing.lock import FolderLock
@@ -31,7 +30,7 @@ from accel.checkpointing.target import (
     remove_checkpoint_files,
     remove_if_only_listed,
 )
-from accel.checkpointing.writer import FolderWriter, write_bytes_file, writing
+from accel.checkpointing.writer import FolderWriter, compact_json, write_bytes_file, writing
 from accel_state import PartialState, broadcast_object_list, gather_object
 from accel_state.process_group.timeouts import named_collective
 
@@ -216,7 +215,7 @@ def _write_metadata(
         "files": files,
         **extra,
     }
-    write_bytes_file(temporary / METADATA_NAME, json.dumps(metadata, indent=1, sort_keys=True).encode())
+    write_bytes_file(temporary / METADATA_NAME, compact_json(metadata))
 
 
 def _swap_into_place(temporary: Path, final_dir: Path, previous: set[str] | None) -> None:
@@ -232,7 +231,10 @@ def _swap_into_place(temporary: Path, final_dir: Path, previous: set[str] | None
             if old is not None:
                 os.rename(old, final_dir)
             raise
-    _sync_directory(final_dir.parent)
+    # The rename reaches the disk with the journal's next commit; a power cut before it leaves the
+    # previous checkpoint (the journal keeps renames and removals in order). Syncing the directory
+    # on the writing thread makes it durable soon after, without holding the caller.
+    write_later(_sync_directory, final_dir.parent)
     if old is not None and previous is not None:
         remove_checkpoint_files(old, previous)
 
