@@ -50,6 +50,10 @@ _HOMES = {
     "ParallelismConfigError": ".parallelism.config",
     "TorchContextParallelConfig": ".parallelism.config",
     "TorchTensorParallelConfig": ".parallelism.config",
+    "CompileConfigError": ".compilation.plugin",
+    "DynamoBackend": ".compilation.plugin",
+    "TorchDynamoPlugin": ".compilation.plugin",
+    "compile_regions": ".compilation.regions",
     "GradientAccumulationPlugin": ".shared_state.gradient_accumulation",
     "GradientState": ".shared_state.gradient_state",
     "KwargsHandler": ".environment.kwargs_handler",
@@ -85,6 +89,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "CompileConfigError",
+    "DynamoBackend",
+    "TorchDynamoPlugin",
+    "compile_regions",
     "FsdpBackend",
     "FsdpConfigError",
     "FullyShardedDataParallelPlugin",

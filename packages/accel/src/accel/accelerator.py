@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from accel.checkpointing.registry import CheckpointRegistry
 from accel.options.accumulation import resolve_accumulation_plugin
+from accel.options.compilation import resolve_dynamo_plugin
 from accel.options.dataloader_config import DataLoaderConfiguration
 from accel.options.explicit import explicit_options
 from accel.options.handlers import KwargsHandlers
@@ -44,6 +45,8 @@ from accel_state import (
     joins_uneven_inputs,
 )
 from accel_state.collectives import operations as _collectives
+from accel_state.compilation.apply import is_compiled
+from accel_state.compilation.plugin import DynamoBackend, TorchDynamoPlugin
 from accel_state.environment.memory import release_memory
 from accel_state.parallelism.config import ParallelismConfig
 
@@ -72,11 +75,14 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
         parallelism_config: ParallelismConfig | None = None,
+        dynamo_backend: DynamoBackend | str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
     ) -> None:
         """A plugin argument (Accelerate's keywords, `accel.options.plugin_arguments`) runs the job on its
         engine; like every backend plugin it names its distributed type and reaches the backend
         untouched."""
         handlers = KwargsHandlers.from_list(kwargs_handlers)
+        self.dynamo_plugin = resolve_dynamo_plugin(dynamo_backend, dynamo_plugin)
         self.ddp_handler = handlers.ddp_handler
         self.scaler_handler = handlers.scaler_handler
         self.init_handler = handlers.init_handler
@@ -271,6 +277,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
             getattr(batch, kind).append(obj)
             batch.device_placement[id(obj)] = device_placement[i]
         prepared = self.backend.prepare(batch)
+        if self.dynamo_plugin.enabled:  # after the backend wrapped them, in place (same objects)
+            for model in prepared.models:
+                self.backend.compile_model(model, self.dynamo_plugin)
         for kind, indices in slots.items():
             for i, obj in zip(indices, getattr(prepared, kind), strict=True):
                 result[i] = obj
@@ -464,12 +473,18 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         return _collectives.pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     # Models and saving ----------------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True) -> torch.nn.Module:
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool | None = None
+    ) -> torch.nn.Module:
         """Return the user's module from inside its wrappers and compile (and the autocast forward,
-        if asked)."""
+        if asked); with `keep_torch_compile=True`, a model `prepare` compiled whole comes back
+        compiled (torch.compile's wrapper around the user's module)."""
+        compiled = is_compiled(model)
         model = self.backend.unwrap_model(model)
         if not keep_fp32_wrapper:
             self.precision.unwrap_forward(model)
+        if keep_torch_compile and compiled and not is_compiled(model):
+            return torch.compile(model, **self.dynamo_plugin.to_kwargs())
         return model
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:

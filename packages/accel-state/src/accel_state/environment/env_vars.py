@@ -23,7 +23,14 @@ DISTRIBUTED_TYPE = "ACCEL_DISTRIBUTED_TYPE"  # which backend sets the process up
 # Passed on from the config for the library and later backends (read by none of today's packages).
 DOWNCAST_BF16 = "ACCEL_DOWNCAST_BF16"
 ENABLE_CPU_AFFINITY = "ACCEL_ENABLE_CPU_AFFINITY"
+# torch.compile (`accel launch --dynamo_backend inductor ...`, the config's `dynamo_config:`), read by
+# TorchDynamoPlugin for the fields a script leaves unset; the compile cache's folder.
 DYNAMO_BACKEND = "ACCEL_DYNAMO_BACKEND"
+DYNAMO_MODE = "ACCEL_DYNAMO_MODE"
+DYNAMO_USE_FULLGRAPH = "ACCEL_DYNAMO_USE_FULLGRAPH"
+DYNAMO_USE_DYNAMIC = "ACCEL_DYNAMO_USE_DYNAMIC"
+DYNAMO_USE_REGIONAL_COMPILATION = "ACCEL_DYNAMO_USE_REGIONAL_COMPILATION"
+COMPILE_CACHE_DIR = "ACCEL_COMPILE_CACHE_DIR"
 # N-D parallelism (`accel launch --use_parallelism_config --parallelism_config_tp_size 2 ...`, the
 # config's `parallelism_config:`), read by ParallelismConfig for the sizes a script leaves unset.
 USE_PARALLELISM_CONFIG = "ACCEL_USE_PARALLELISM_CONFIG"

@@ -283,6 +283,13 @@ class BackendDefaults:
         """Return `change(loader)`: this backend's `prepare` wraps no loader."""
         return change(loader)
 
+    def compile_model(self, model: Any, plugin: Any) -> Any:
+        """Return `model` (as `prepare` returned it) compiled in place as the TorchDynamoPlugin
+        `plugin` says; an engine whose wrapper compiles itself overrides this."""
+        from accel_state.compilation.apply import compile_model
+
+        return compile_model(model, plugin)
+
     @classmethod
     def teardown(cls) -> None:
         """Nothing: the objects it handed to `release_at_exit` are all it holds of the group."""

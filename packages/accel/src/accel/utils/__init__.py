@@ -109,6 +109,8 @@ from accel_state import (
     send_to_device,
     set_seed,
 )
+from accel_state.compilation.plugin import DynamoBackend, TorchDynamoPlugin
+from accel_state.compilation.regions import compile_regions
 from accel_state.parallelism.config import TorchContextParallelConfig, TorchTensorParallelConfig
 
 __all__ = [
@@ -203,6 +205,9 @@ __all__ = [
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "DynamoBackend",
+    "TorchDynamoPlugin",
+    "compile_regions",
     "ParallelismConfig",
     "TorchContextParallelConfig",
     "TorchTensorParallelConfig",

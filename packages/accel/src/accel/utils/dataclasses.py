@@ -23,6 +23,7 @@ from accel_state import (
     KwargsHandler,
     ParallelismConfig,
 )
+from accel_state.compilation.plugin import DynamoBackend, TorchDynamoPlugin
 from accel_state.parallelism.config import TorchContextParallelConfig, TorchTensorParallelConfig
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
+    "DynamoBackend",
+    "TorchDynamoPlugin",
     "ParallelismConfig",
     "TorchContextParallelConfig",
     "TorchTensorParallelConfig",

@@ -1,0 +1,35 @@
+"""Compiling a prepared model in place, the same way whatever wrapped it (DDP, FSDP2, a mesh).
+
+`Module.compile` compiles the module's call in place instead of wrapping it in torch's
+OptimizedModule: the object `prepare` returns stays the backend's wrapper (its `no_sync`, its
+hooks), and its state dict keeps the eager keys (no `_orig_mod.`), so a compiled model's
+checkpoint loads into an eager one and back.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from accel_state.compilation.cache import use_compile_cache
+from accel_state.compilation.plugin import TorchDynamoPlugin
+from accel_state.compilation.regions import compile_regions
+
+
+def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
+    """Compile `model` in place as `plugin` says (whole, or each repeated block); return it."""
+    if not plugin.enabled:
+        return model
+    use_compile_cache()
+    kwargs = plugin.to_kwargs()
+    if plugin.use_regional_compilation:
+        return compile_regions(model, plugin.regional_block_classes, **kwargs)
+    torch.nn.Module.compile(model, **kwargs)  # unbound: an engine's own `compile` takes other arguments
+    return model
+
+
+def is_compiled(model: torch.nn.Module) -> bool:
+    """True when `model`, or a module inside it, is compiled (in place or by torch.compile's wrapper)."""
+    return any(
+        getattr(module, "_compiled_call_impl", None) is not None or hasattr(module, "_orig_mod")
+        for module in model.modules()
+    )
