@@ -13,7 +13,7 @@ import datetime
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader
@@ -484,7 +484,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         if not keep_fp32_wrapper:
             self.precision.unwrap_forward(model)
         if keep_torch_compile and compiled and not is_compiled(model):
-            return torch.compile(model, **self.dynamo_plugin.to_kwargs())
+            return cast(torch.nn.Module, torch.compile(model, **self.dynamo_plugin.to_kwargs()))
         return model
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
