@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from accel_launch.config.schema import ConfigError
+from accel_state.compilation.plugin import MODES as DYNAMO_MODES
 from accel_state.environment import env_vars
 from accel_state.environment.choices import LOG_LEVEL_CHOICES, MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import ConfigKey, launch_hooks, launchable_types
@@ -84,7 +85,12 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.DISTRIBUTED_TYPE: lambda raw: _one_of(launchable_types())(raw),
     env_vars.DOWNCAST_BF16: _boolean,
     env_vars.ENABLE_CPU_AFFINITY: _boolean,
-    env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend name, which torch checks when compiling
+    env_vars.DYNAMO_BACKEND: _anything,  # a torch.compile backend, which TorchDynamoPlugin checks by name
+    env_vars.DYNAMO_MODE: _one_of(DYNAMO_MODES),
+    env_vars.DYNAMO_USE_FULLGRAPH: _boolean,
+    env_vars.DYNAMO_USE_DYNAMIC: _boolean,
+    env_vars.DYNAMO_USE_REGIONAL_COMPILATION: _boolean,
+    env_vars.COMPILE_CACHE_DIR: _anything,  # a folder, created when the first model is compiled
     env_vars.USE_PARALLELISM_CONFIG: _boolean,
     env_vars.PARALLELISM_DP_REPLICATE_SIZE: _integer_at_least(1),
     env_vars.PARALLELISM_DP_SHARD_SIZE: _integer_at_least(1),
