@@ -21,7 +21,7 @@ import tomllib
 ROOT = Path(__file__).parent
 PACKAGES_DIR = ROOT / "packages"
 CONSTRAINTS = str(ROOT / "constraints.txt")
-PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel"]
+PACKAGES = ["accel-state", "accel-data", "accel-amp", "accel-launch", "accel-big-modeling", "accel"]
 DEEPSPEED = "deepspeed==0.19.8"
 
 # What the examples need beyond accel (examples/README: transformers builds models from configs).

@@ -7,7 +7,8 @@ processes) with the same four-line loop, then save the consolidated weights.
 Needs DeepSpeed; from the repository root:
 
     pip install -c constraints.txt ./packages/accel-state ./packages/accel-data ./packages/accel-amp \
-        ./packages/accel-launch './packages/accel[deepspeed]' ./packages/accel-deepspeed deepspeed==0.19.8
+        ./packages/accel-launch ./packages/accel-big-modeling './packages/accel[deepspeed]' \
+        ./packages/accel-deepspeed deepspeed==0.19.8
 
 Without a GPU (or with `accel launch --cpu`)
 DeepSpeed runs on its CPU accelerator: the launcher and the Accelerator set `DS_ACCELERATOR=cpu`

@@ -2,7 +2,8 @@
 `init_trackers`, `accelerator.log(values, step=...)` and `end_training`.
 
     pip install -c constraints.txt ./packages/accel-state ./packages/accel-data ./packages/accel-amp \
-        ./packages/accel-launch ./packages/accel transformers==5.24.0 tqdm tensorboard
+        ./packages/accel-launch ./packages/accel-big-modeling ./packages/accel \
+        transformers==5.24.0 tqdm tensorboard
     accel launch --num_processes 2 examples/tracking.py --output_dir runs/tracking
     tensorboard --logdir runs/tracking        # or: accel plot runs/tracking/tracking -o curves.png
 

@@ -10,7 +10,8 @@ index); from the repository root:
 
     pip install --index-url https://download.pytorch.org/whl/cpu torch==2.9.0 && \
         pip install -c constraints-xla.txt ./packages/accel-state ./packages/accel-data \
-        ./packages/accel-amp ./packages/accel-launch './packages/accel[xla]' ./packages/accel-xla
+        ./packages/accel-amp ./packages/accel-launch ./packages/accel-big-modeling './packages/accel[xla]' \
+        ./packages/accel-xla
 
 Without it the script runs as any other example. When `accelerator.distributed_type` is
 `DistributedType.XLA`, the collate function pads every batch to a multiple of

@@ -21,7 +21,7 @@ from accel.environment import availability
 
 LAYOUT_MODULES = (
     "accel.utils", "accel.logging", "accel.local_sgd", "accel.data_loader", "accel.state",
-    "accel.parallelism_config",
+    "accel.parallelism_config", "accel.big_modeling", "accel.hooks",
 )  # fmt: skip
 
 
@@ -47,6 +47,36 @@ def test_the_mesh_configuration_is_at_accelerates_paths(path):
     module = importlib.import_module(path)
     for name in ("ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig"):
         assert getattr(module, name) is getattr(accel_state.parallelism.config, name), f"{path}.{name}"
+
+
+BIG_MODELING_PATHS = {
+    "accel": (
+        "init_empty_weights init_on_device cpu_offload cpu_offload_with_hook disk_offload dispatch_model "
+        "load_checkpoint_and_dispatch"
+    ),
+    "accel.big_modeling": (
+        "init_empty_weights init_on_device cpu_offload cpu_offload_with_hook disk_offload "
+        "dispatch_model load_checkpoint_and_dispatch infer_auto_device_map get_balanced_memory"
+    ),
+    "accel.hooks": (
+        "ModelHook SequentialHook AlignDevicesHook CpuOffload UserCpuOffloadHook add_hook_to_module "
+        "remove_hook_from_module remove_hook_from_submodules attach_align_device_hook_on_blocks"
+    ),
+    "accel.utils": "infer_auto_device_map get_balanced_memory get_max_memory compute_module_sizes "
+    "find_tied_parameters load_checkpoint_in_model offload_state_dict OffloadedWeightsLoader "
+    "convert_file_size_to_int set_module_tensor_to_device",
+}
+
+
+@pytest.mark.parametrize("path", sorted(BIG_MODELING_PATHS))
+def test_big_model_inference_is_at_accelerates_paths_as_accel_big_modelings_objects(path):
+    import accel_big_modeling
+    import accel_big_modeling.hooks
+
+    module = importlib.import_module(path)
+    for name in BIG_MODELING_PATHS[path].split():
+        home = accel_big_modeling.hooks if path == "accel.hooks" else accel_big_modeling
+        assert getattr(module, name) is getattr(home, name), f"{path}.{name}"
 
 
 def test_the_layout_modules_import():

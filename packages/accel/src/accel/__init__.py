@@ -27,6 +27,16 @@ if TYPE_CHECKING:
     from accel.tracking.base import GeneralTracker, TrackerError, TrackerNotInstalledError
     from accel.tracking.registry import LoggerType
     from accel.training.metrics import GatherForMetricsError
+    from accel_big_modeling import (
+        BigModelingError,
+        cpu_offload,
+        cpu_offload_with_hook,
+        disk_offload,
+        dispatch_model,
+        init_empty_weights,
+        init_on_device,
+        load_checkpoint_and_dispatch,
+    )
     from accel_data import DispatchError, LoaderStateError, ShardingError, skip_first_batches
     from accel_launch import ConfigError, LaunchOptionsError, NotebookLaunchError, notebook_launcher
     from accel_state import (
@@ -57,6 +67,14 @@ if TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _LAZY = {
+    "cpu_offload": "accel_big_modeling",
+    "cpu_offload_with_hook": "accel_big_modeling",
+    "disk_offload": "accel_big_modeling",
+    "dispatch_model": "accel_big_modeling",
+    "init_empty_weights": "accel_big_modeling",
+    "init_on_device": "accel_big_modeling",
+    "load_checkpoint_and_dispatch": "accel_big_modeling",
+    "BigModelingError": "accel_big_modeling",
     "Accelerator": "accel.accelerator",
     "AcceleratorState": "accel_state",
     "AutocastKwargs": "accel.options.kwargs_handlers",
@@ -109,6 +127,14 @@ _LAZY = {
 old_paths.install()  # accel.checkpoint_errors and the other paths of the flat layout still import
 
 __all__ = [
+    "cpu_offload",
+    "cpu_offload_with_hook",
+    "disk_offload",
+    "dispatch_model",
+    "init_empty_weights",
+    "init_on_device",
+    "load_checkpoint_and_dispatch",
+    "BigModelingError",
     "Accelerator",
     "AcceleratorState",
     "AutocastKwargs",

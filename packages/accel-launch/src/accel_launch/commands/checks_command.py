@@ -26,7 +26,7 @@ def test_command(ctx: click.Context, config_file: str | None) -> None:
         raise ConfigProblem(
             "accel test runs the checks of the `accel` package, which is not installed; from the repository "
             "root: pip install -c constraints.txt ./packages/accel-state ./packages/accel-data "
-            "./packages/accel-amp ./packages/accel-launch ./packages/accel"
+            "./packages/accel-amp ./packages/accel-launch ./packages/accel-big-modeling ./packages/accel"
         )
     defaults = {"max_restarts": 0, "monitor_interval": 0.1, "module": True, "env_pairs": (), "log_dir": None}
     options = launch_options(ctx, {"config_file": config_file, "tee": None, **defaults})

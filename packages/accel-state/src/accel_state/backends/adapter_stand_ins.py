@@ -25,7 +25,7 @@ XLA_INSTALL_HINT = (
     "XLA jobs need accel-xla and torch_xla, with torch 2.9.0 from PyTorch's CPU index; from the "
     "repository root: pip install --index-url https://download.pytorch.org/whl/cpu torch==2.9.0 && "
     "pip install -c constraints-xla.txt ./packages/accel-state ./packages/accel-data ./packages/accel-amp "
-    "./packages/accel-launch './packages/accel[xla]' ./packages/accel-xla"
+    "./packages/accel-launch ./packages/accel-big-modeling './packages/accel[xla]' ./packages/accel-xla"
 )
 
 

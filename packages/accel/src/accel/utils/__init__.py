@@ -88,6 +88,25 @@ from accel.utils.imports import (
     is_xpu_available,
 )
 from accel.utils.operations import reduce
+from accel_big_modeling import (
+    OffloadedWeightsLoader,
+    PrefixedDataset,
+    check_device_map,
+    clean_device_map,
+    compute_module_sizes,
+    convert_file_size_to_int,
+    dtype_byte_size,
+    find_tied_parameters,
+    get_balanced_memory,
+    get_max_memory,
+    infer_auto_device_map,
+    load_checkpoint_in_model,
+    load_state_dict,
+    named_module_tensors,
+    offload_state_dict,
+    retie_parameters,
+    set_module_tensor_to_device,
+)
 from accel_data.samplers.rng_sync import synchronize_rng_states
 from accel_state import (
     DDPCommunicationHookType,
@@ -114,6 +133,24 @@ from accel_state.compilation.regions import compile_regions
 from accel_state.parallelism.config import TorchContextParallelConfig, TorchTensorParallelConfig
 
 __all__ = [
+    # Big-model inference (accel_big_modeling)
+    "OffloadedWeightsLoader",
+    "PrefixedDataset",
+    "check_device_map",
+    "clean_device_map",
+    "compute_module_sizes",
+    "convert_file_size_to_int",
+    "dtype_byte_size",
+    "find_tied_parameters",
+    "get_balanced_memory",
+    "get_max_memory",
+    "infer_auto_device_map",
+    "load_checkpoint_in_model",
+    "load_state_dict",
+    "named_module_tensors",
+    "offload_state_dict",
+    "retie_parameters",
+    "set_module_tensor_to_device",
     "DataLoaderConfiguration",
     "DistributedOperationException",
     "DistributedType",

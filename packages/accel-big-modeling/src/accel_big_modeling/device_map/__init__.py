@@ -1,0 +1,1 @@
+"""Device maps: inferring, balancing and checking them."""

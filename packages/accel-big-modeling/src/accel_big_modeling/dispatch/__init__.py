@@ -1,0 +1,1 @@
+"""Dispatch: placing a model along a device map, whole-model offload, and load-then-dispatch."""

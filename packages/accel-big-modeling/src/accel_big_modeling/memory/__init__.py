@@ -1,0 +1,1 @@
+"""Sizes of modules and memory budgets per device."""

@@ -1,0 +1,1 @@
+"""Offload storage: the folder format on disk and the mapping that reads it back."""
