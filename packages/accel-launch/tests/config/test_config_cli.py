@@ -281,7 +281,8 @@ def test_accel_test_without_the_umbrella_says_so_in_one_line(monkeypatch):
     # Never `pip install accel`: that is another project on PyPI.
     assert result.output.strip().endswith(
         "from the repository root: pip install -c constraints.txt ./packages/accel-state "
-        "./packages/accel-data ./packages/accel-amp ./packages/accel-launch ./packages/accel"
+        "./packages/accel-data ./packages/accel-amp ./packages/accel-launch ./packages/accel-big-modeling "
+        "./packages/accel"
     )
 
 

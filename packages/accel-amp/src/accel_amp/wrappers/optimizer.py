@@ -9,6 +9,7 @@ import torch
 
 from accel_amp.precision.loss_scaling import LossScaler
 from accel_state import GradientState, send_to_device
+from accel_state.process_group import collective_log
 
 
 class Stepper(Protocol):
@@ -134,5 +135,6 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         result, self._step_was_skipped = self.stepper.optimizer_step(self.optimizer, closure)
+        collective_log.note_progress()  # the hang watchdog's heartbeat
         self._stepped_since_clear = True  # a skipped (overflowed) step consumed its gradients too
         return result

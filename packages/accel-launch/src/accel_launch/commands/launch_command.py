@@ -139,6 +139,7 @@ def launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             env=parse_env_pairs(flags["env_pairs"]),
             log_dir=flags["log_dir"],
             tee=flags["tee"],
+            hang_timeout=config.given("hang_timeout"),
         )
         # What the ranks would choke on, or the machine could not start, is refused before anything starts.
         check_accel_env(os.environ)

@@ -66,6 +66,17 @@ _KEYS_BEFORE_SECTIONS = (
         "Check collective shapes across ranks; show the launcher's traceback on its own errors.",
         env_var=env_vars.DEBUG_MODE,
     ),
+    ConfigKey(
+        "hang_timeout",
+        "float",
+        None,
+        "Seconds without progress on any rank (no collective entered or left, no optimizer step) after "
+        "which every rank's stack and last collectives are printed as one diagnosis and the job is "
+        "stopped with a non-zero code; for a stuck data loader or a deadlock outside collectives. "
+        "Default: off.",
+        minimum=0,
+        env_var=env_vars.HANG_TIMEOUT,
+    ),
     ConfigKey("num_processes", "int", 1, "Processes to start on this machine.", minimum=1),
     ConfigKey("num_machines", "int", 1, "Machines taking part in the job.", minimum=1),
     ConfigKey(

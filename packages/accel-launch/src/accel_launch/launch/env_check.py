@@ -82,6 +82,8 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.GRADIENT_ACCUMULATION_STEPS: _integer_at_least(1),
     env_vars.DEBUG_MODE: _boolean,
     env_vars.TIMEOUT: _positive_seconds,
+    env_vars.HANG_TIMEOUT: _positive_seconds,
+    env_vars.DIAGNOSIS_DIR: _anything,  # a folder the launcher sets; the ranks skip one that does not exist
     env_vars.DISTRIBUTED_TYPE: lambda raw: _one_of(launchable_types())(raw),
     env_vars.DOWNCAST_BF16: _boolean,
     env_vars.ENABLE_CPU_AFFINITY: _boolean,

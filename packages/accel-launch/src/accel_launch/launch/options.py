@@ -44,6 +44,8 @@ class LaunchOptions:
     rdzv_backend: str = "static"
     log_dir: str | None = None
     tee: str | None = None
+    # Seconds without progress on any rank before the job is diagnosed and stopped (None: off).
+    hang_timeout: float | None = None
     distributed_type: str | None = None
     gpu_ids: str | None = None
     downcast_bf16: bool = False
@@ -105,6 +107,10 @@ class LaunchOptions:
         if self.tee is not None and self.tee not in TEE_CHOICES:
             raise LaunchOptionsError(
                 f"--tee must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both), got {self.tee!r}"
+            )
+        if self.hang_timeout is not None and not self.hang_timeout > 0:
+            raise LaunchOptionsError(
+                f"--hang_timeout must be a positive number of seconds, got {self.hang_timeout}"
             )
         for key in self.env:
             _check_env_key(key)

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # The agent logs at WARNING level on every launch (banners, rendezvous details); only errors help.
 _AGENT_LOGLEVEL = "ERROR"
@@ -23,21 +24,54 @@ _AGENT_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher", "to
 def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = False) -> int:
     """Return the job's exit code after running `torch.distributed.run` with `argv` and worker `env`.
 
-    `debug` keeps the launcher's traceback when the launcher itself fails.
+    `debug` keeps the launcher's traceback when the launcher itself fails. A rank that fails, or a
+    job without progress for ACCEL_HANG_TIMEOUT seconds, gets one diagnosis of every rank first
+    (accel_launch.launch.supervisor), written as JSON into torchrun's `--log_dir` when `argv` has
+    one (else into the job's diagnosis folder).
     """
+    from accel_launch.launch.supervisor import Supervisor
+
+    env = dict(env)
+    supervisor = Supervisor.for_job(env, _log_dir(argv))
+    try:
+        return _run_supervised(argv, env, supervisor, debug)
+    finally:
+        supervisor.close()
+
+
+def _log_dir(argv: Sequence[str]) -> str | None:
+    """Return the value of torchrun's `--log_dir` in `argv` (before the script), or None."""
+    arguments = list(argv)
+    for index, argument in enumerate(arguments[:-1]):
+        if argument in ("--log_dir", "--log-dir"):
+            return arguments[index + 1]
+        if not argument.startswith("-") and (index == 0 or not arguments[index - 1].startswith("-")):
+            break  # the script: what follows is its own
+    return None
+
+
+def _run_supervised(argv: Sequence[str], env: Mapping[str, str], supervisor: Any, debug: bool) -> int:
     os.environ.update(env)
     quiet_agent_logs()
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    from accel_launch.launch.supervisor import supervising
     from accel_launch.rendezvous import loopback as loopback_rendezvous
 
     loopback_rendezvous.register()
     args = torchrun.get_args_parser().parse_args(list(argv))
     try:
-        torchrun.run(args)
+        with supervising(supervisor):
+            torchrun.run(args)
     except ChildFailedError as error:
+        if supervisor.hung:
+            _say(
+                f"no rank made progress for {supervisor.hang_timeout:g} s (--hang_timeout); "
+                "the job was stopped (see the diagnosis above)"
+            )
+            return 1
         return _report_failures({rank: (f.exitcode, f.timestamp) for rank, f in error.failures.items()})
     except SignalException as error:
         signum = int(error.sigval)

@@ -143,6 +143,8 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.DEBUG_MODE] = "1"
     if options.distributed_type is not None:
         env[env_vars.DISTRIBUTED_TYPE] = options.distributed_type
+    if options.hang_timeout is not None:
+        env[env_vars.HANG_TIMEOUT] = f"{options.hang_timeout:g}"
     if options.downcast_bf16:
         env[env_vars.DOWNCAST_BF16] = "1"
     if options.enable_cpu_affinity:

@@ -52,6 +52,10 @@ class Description:
     tensors: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (dtype, device type, shape)
     size_dim: int | None = None  # the dim whose size may differ between ranks
     problem: str = ""  # why this rank cannot take part at all (an object that does not pickle)
+    # Debug mode only (0 and "" otherwise): the collective's sequence number on this rank and
+    # "op #n at file:line", so that ranks in different collectives are told both call sites.
+    sequence: int = 0
+    site: str = ""
 
     def compared_shapes(self) -> tuple[tuple[int, ...], ...]:
         """Return each tensor's shape with the size along `size_dim` blanked out."""
@@ -66,7 +70,8 @@ class Description:
     def comparable(self) -> tuple[Any, ...]:
         """Return what must be equal on every rank."""
         kinds = tuple((dtype, device) for dtype, device, _ in self.tensors)
-        return (self.operation, self.arguments, self.structure, kinds, self.compared_shapes(), self.problem)
+        shapes = self.compared_shapes()
+        return (self.sequence, self.operation, self.arguments, self.structure, kinds, shapes, self.problem)
 
 
 def _size_along(shape: tuple[int, ...], dim: int) -> int:

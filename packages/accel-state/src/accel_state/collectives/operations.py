@@ -106,7 +106,7 @@ def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@names_collective("gather")
+@names_collective("gather", checks_itself=True)
 def gather(data: Any) -> Any:
     """Return every rank's tensors concatenated along dim 0, in rank order, on every rank (a
     DTensor's full tensor)."""
@@ -140,7 +140,7 @@ def _inline_bytes(state: PartialState, pickled: bytes) -> list[torch.Tensor] | N
     return [torch.frombuffer(bytearray(pickled), dtype=torch.uint8).to(state.device)]
 
 
-@names_collective("gather_object")
+@names_collective("gather_object", checks_itself=True)
 def gather_object(obj: Any) -> list[Any]:
     """Return every rank's picklable `obj`; lists and tuples are concatenated in rank order."""
     state = _state()
@@ -162,7 +162,7 @@ def gather_object(obj: Any) -> list[Any]:
     return per_rank
 
 
-@names_collective("broadcast")
+@names_collective("broadcast", checks_itself=True)
 def broadcast(data: Any, from_process: int = 0) -> Any:
     """Return `data` as held by rank `from_process`, on every rank (tensors are updated in place)."""
     state = _state()
@@ -188,7 +188,7 @@ def broadcast(data: Any, from_process: int = 0) -> Any:
     return recursively_apply(torch.Tensor.detach, data, error_on_other_type=True, name="broadcast")
 
 
-@names_collective("broadcast_object_list")
+@names_collective("broadcast_object_list", checks_itself=True)
 def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor | None:
     """Return the main process's `tensor` on every process's device; the others pass None
     (Accelerate's helper: a tensor that exists on one process only)."""
@@ -228,7 +228,7 @@ def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any
 _REDUCTIONS = ("sum", "mean", "max", "min", "none")
 
 
-@names_collective("reduce")
+@names_collective("reduce", checks_itself=True)
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """Return the element-wise sum (mean, max or min) over ranks of every tensor, times `scale`.
 
@@ -258,7 +258,7 @@ def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     return recursively_apply(combine, data, error_on_other_type=True, name="reduce")
 
 
-@names_collective("pad_across_processes")
+@names_collective("pad_across_processes", checks_itself=True)
 def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False) -> Any:
     """Return tensors padded with `pad_index` along `dim` to the largest size any rank holds.
 
@@ -292,7 +292,7 @@ def pad_across_processes(data: Any, dim: int = 0, pad_index: int = 0, pad_first:
     return recursively_apply(pad, data, error_on_other_type=True, name="pad_across_processes")
 
 
-@names_collective("gather_uneven")
+@names_collective("gather_uneven", checks_itself=True)
 def gather_uneven(data: Any) -> Any:
     """Like `gather`, but each rank's tensors may differ in size along dim 0 (other dims must match)."""
     state = _state()

@@ -22,11 +22,14 @@ from accel_state.collectives.header import (
     TENSOR,
     Description,
     carried_sizes,
+    describe_object,
     exchange_tensor,
     headers_agree,
     payload_lengths,
 )
+from accel_state.process_group import collective_log, timeouts
 from accel_state.process_group.timeouts import CollectiveError
+from accel_state.shared_state.partial_state import PartialState
 
 _SHOWN_TENSORS = 8  # more differing tensors than this are counted, not listed
 _SHOWN_CHARS = 400
@@ -66,6 +69,8 @@ def agree_across_ranks(
     `full` the full descriptions are compared too, not only their digests.
     """
     world_size = state.num_processes
+    if full:
+        description = _with_site(description)
     exchange, offsets = exchange_tensor(description, state.device, pieces)
     gathered = torch.empty(EXCHANGE_BYTES * world_size, dtype=torch.uint8, device=state.device)
     state.communicator.all_gather_into(gathered, exchange)
@@ -86,6 +91,26 @@ def agree_across_ranks(
     return agreement
 
 
+def _with_site(description: Description) -> Description:
+    """Return `description` with the sequence number and call site of the collective in flight."""
+    entry = collective_log.current()
+    if entry is None:
+        return description
+    return dataclasses.replace(description, sequence=entry.sequence, site=entry.label())
+
+
+def check_entry(operation: str) -> None:
+    """In debug mode, make the ranks agree that they enter the same collective (one that does not
+    check its inputs itself, a barrier), or raise CollectiveShapeError on every rank naming each
+    rank's call site."""
+    state = PartialState.current()
+    if state is not None and state.debug and state.use_distributed:
+        agree_across_ranks(state, describe_object(operation), full=True)
+
+
+timeouts.check_entries_with(check_entry)
+
+
 def _exchange_sizes(state: Any, sizes: list[int]) -> list[list[int]]:
     # Only when more tensors than the header holds; their number is agreed by now.
     local = torch.tensor(sizes, dtype=torch.int64, device=state.device)
@@ -102,10 +127,10 @@ def mismatch_message(per_rank: list[Description]) -> str:
     def each(text_of: Callable[[Description], str]) -> str:
         return ", ".join(f"rank {rank}: {_clip(text_of(d))}" for rank, d in enumerate(per_rank))
 
-    if any(d.operation != first.operation for d in per_rank):
+    if any(d.operation != first.operation or d.sequence != first.sequence for d in per_rank):
         return (
             "ranks called different collectives at the same point (every rank must call the same "
-            f"collectives in the same order): {each(lambda d: d.operation)}"
+            f"collectives in the same order): {each(lambda d: d.site or d.operation)}"
         )
     operation = first.operation
     problems = [f"rank {rank} {d.problem}" for rank, d in enumerate(per_rank) if d.problem]

@@ -73,6 +73,12 @@ CHECK_COLLECTIVES = "ACCEL_CHECK_COLLECTIVES"
 LOG_LEVEL = "ACCEL_LOG_LEVEL"
 # Set by `accel launch` so that a script can tell it was started by us.
 LAUNCHED = "ACCEL_LAUNCHED"
+# Set by `accel launch`: the per-job folder where each rank writes its diagnosis report (its stacks and
+# last collectives) when the launcher asks, and its heartbeat (accel_state.process_group.diagnosis).
+DIAGNOSIS_DIR = "ACCEL_DIAGNOSIS_DIR"
+# `accel launch --hang_timeout S` (config key `hang_timeout`): seconds without progress on any rank
+# (no collective entered or left, no optimizer step) after which the launcher diagnoses and stops the job.
+HANG_TIMEOUT = "ACCEL_HANG_TIMEOUT"
 
 # Where the config file is looked for.
 CONFIG_FILE = "ACCEL_CONFIG_FILE"

@@ -8,6 +8,11 @@ When a rank left the job instead (it ended while the others still call collectiv
 others with "Connection closed by peer"; the ranks that left marked it in the job's store
 (`accel_state.process_group.rank_exit`), and the error becomes a `RankLeftError` naming them and the
 operation.
+
+Being the one place every user-level collective enters, `named_collective` also keeps this rank's
+collective log (collective_log) and, when a collective fails on a timeout or a lost peer, writes
+this rank's diagnosis report before raising (process_group.diagnosis); in debug mode it lets the
+ranks agree on the operation first where the operation does not check its inputs itself.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from accel_state.environment import env_vars
-from accel_state.process_group import rank_exit
+from accel_state.process_group import collective_log, rank_exit
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Substrings of the errors torch raises on a collective timeout (gloo, NCCL watchdog, store).
@@ -61,17 +66,32 @@ def describe_waits_with(describe: Callable[[], str]) -> None:
 
 
 _nesting = threading.local()
+# Set by accel_state.collectives (above this module): in debug mode, makes the ranks agree on the
+# operation (and its sequence number) before one that does not check its inputs itself (a barrier).
+_check_entry: Callable[[str], None] | None = None
+
+
+def check_entries_with(check: Callable[[str], None]) -> None:
+    """Make `check(operation)` run on entering each outermost collective that does not check itself."""
+    global _check_entry
+    _check_entry = check
 
 
 @contextlib.contextmanager
-def named_collective(operation: str) -> Iterator[None]:
+def named_collective(operation: str, data: Any = None, *, checks_itself: bool = False) -> Iterator[None]:
     """Re-raise a collective timeout inside the block as CollectiveTimeoutError naming `operation`.
 
-    Blocks nest (save_state -> barrier): the outermost name, the one the user called, is reported.
+    Blocks nest (save_state -> barrier): the outermost name, the one the user called, is reported
+    and logged (with a summary of `data`, its input). `checks_itself`: the operation exchanges its
+    own description across ranks (shape_check), so debug mode adds no check on entry.
     """
     depth = getattr(_nesting, "depth", 0)
     _nesting.depth = depth + 1
+    # 3: above enter, this generator and contextlib's __enter__ is the caller (or our wrapper).
+    entry = collective_log.enter(operation, data, 3) if depth == 0 else None
     try:
+        if entry is not None and not checks_itself and _check_entry is not None:
+            _check_entry(operation)
         yield
     except RuntimeError as error:
         if depth > 0 or isinstance(error, CollectiveError):
@@ -79,35 +99,54 @@ def named_collective(operation: str) -> Iterator[None]:
         lost_peer = rank_exit.is_lost_peer(error)
         if not (lost_peer or is_timeout(error)):
             raise
-        left = rank_exit.ranks_that_left()
-        if left:
-            if len(left) == 1:
-                who = "rank {} left the job ({})".format(*next(iter(left.items())))
-            else:
-                who = "ranks " + ", ".join(f"{rank} ({how})" for rank, how in sorted(left.items()))
-                who += " left the job"
-            raise RankLeftError(
-                f"{operation}: {who} before joining this {operation}; every rank must call "
-                f"the same collectives (a rank with fewer batches must still join them). Original "
-                f"error: {error}"
-            ) from error
-        if lost_peer:
+        named = _named_error(operation, error, lost_peer)
+        _report_failure(operation, named or error)
+        if named is None:
             raise
-        raise CollectiveTimeoutError(
-            f"{operation} timed out: {_describe_wait()}, but at least one process never reached "
-            f"{operation} (it crashed, hangs, or took another code path). Original error: {error}"
-        ) from error
+        raise named from error
     finally:
         _nesting.depth = depth
+        if entry is not None:
+            collective_log.leave(entry)
 
 
-def names_collective(operation: str) -> Callable[[F], F]:
-    """Decorate a function so that a collective timeout inside it names `operation`."""
+def _named_error(operation: str, error: RuntimeError, lost_peer: bool) -> CollectiveError | None:
+    """Return the error naming `operation` for torch's `error` (None: a lost peer nobody marked)."""
+    left = rank_exit.ranks_that_left()
+    if left:
+        if len(left) == 1:
+            who = "rank {} left the job ({})".format(*next(iter(left.items())))
+        else:
+            who = "ranks " + ", ".join(f"{rank} ({how})" for rank, how in sorted(left.items()))
+            who += " left the job"
+        return RankLeftError(
+            f"{operation}: {who} before joining this {operation}; every rank must call "
+            f"the same collectives (a rank with fewer batches must still join them). Original "
+            f"error: {error}"
+        )
+    if lost_peer:
+        return None
+    return CollectiveTimeoutError(
+        f"{operation} timed out: {_describe_wait()}, but at least one process never reached "
+        f"{operation} (it crashed, hangs, or took another code path). Original error: {error}"
+    )
+
+
+def _report_failure(operation: str, error: BaseException) -> None:
+    """Write this rank's diagnosis report (it is about to raise and, most likely, exit)."""
+    from accel_state.process_group import diagnosis  # only on this path: a collective that failed
+
+    diagnosis.write_report(f"its {operation} failed", error)
+
+
+def names_collective(operation: str, *, checks_itself: bool = False) -> Callable[[F], F]:
+    """Decorate a function so that a collective timeout inside it names `operation` (its first
+    argument is the input the collective log summarises)."""
 
     def decorate(function: F) -> F:
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with named_collective(operation):
+            with named_collective(operation, args[0] if args else None, checks_itself=checks_itself):
                 return function(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]

@@ -135,6 +135,9 @@ class PartialState:
         self.timeout = resolved_timeout
         self.fork_launched = False
         self.distributed_type = setup.distributed_type  # set last: it marks the state initialised
+        from accel_state.process_group import diagnosis  # its signal and thread exist only under accel launch
+
+        diagnosis.install(found.rank)
 
     @property
     def initialized(self) -> bool:
