@@ -34,8 +34,9 @@ def _argv_value(argv, flag):
 
 def test_questionnaire_writes_the_answers_to_the_config_file(tmp_path):
     target = tmp_path / "cfg" / "my.yaml"
-    # environment, type, machines, processes, parallelism config, debug, mixed precision, accumulation
-    answers = "\n".join(["", "MULTI_CPU", "1", "4", "n", "n", "bf16", "2"]) + "\n"
+    # environment, type, machines, processes, parallelism config, torch.compile, debug, mixed precision,
+    # accumulation
+    answers = "\n".join(["", "MULTI_CPU", "1", "4", "n", "n", "n", "bf16", "2"]) + "\n"
     result = CliRunner().invoke(accel, ["config", "--config_file", str(target)], input=answers)
     assert result.exit_code == 0, result.output
     written = yaml.safe_load(target.read_text())
@@ -50,7 +51,7 @@ def test_questionnaire_writes_the_answers_to_the_config_file(tmp_path):
 
 def test_questionnaire_multi_machine_and_default_location(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCEL_HOME", str(tmp_path))
-    answers = ["", "MULTI_GPU", "2", "1", "10.0.0.1", "", "c10d", "y", "2", "0,1", "n", "n", "fp16", ""]
+    answers = ["", "MULTI_GPU", "2", "1", "10.0.0.1", "", "c10d", "y", "2", "0,1", "n", "n", "n", "fp16", ""]
     result = CliRunner().invoke(accel, ["config"], input="\n".join(answers) + "\n")
     assert result.exit_code == 0, result.output
     written = yaml.safe_load((tmp_path / "default_config.yaml").read_text())
@@ -65,7 +66,7 @@ def test_questionnaire_multi_machine_and_default_location(tmp_path, monkeypatch)
 
 def test_questionnaire_rejects_a_bad_choice_and_asks_again(tmp_path):
     target = tmp_path / "c.yaml"
-    answers = "\n".join(["", "QUANTUM", "NO", "y", "n", "no", "1"]) + "\n"
+    answers = "\n".join(["", "QUANTUM", "NO", "y", "n", "n", "no", "1"]) + "\n"
     result = CliRunner().invoke(accel, ["config", "--config_file", str(target)], input=answers)
     assert result.exit_code == 0, result.output
     assert "QUANTUM" in result.output

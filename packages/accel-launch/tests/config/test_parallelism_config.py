@@ -235,7 +235,7 @@ def test_questionnaire_asks_the_sizes_for_several_processes(tmp_path):
     target = tmp_path / "c.yaml"
     # environment, type, machines, processes, GPU ids, parallelism config?, replicas, tp, cp, shard
     # (default: the rest of the world size), debug, mixed precision, accumulation
-    answers = ["", "MULTI_GPU", "1", "8", "all", "y", "2", "2", "1", "", "n", "no", "1"]
+    answers = ["", "MULTI_GPU", "1", "8", "all", "y", "2", "2", "1", "", "n", "n", "no", "1"]
     result = CliRunner().invoke(
         accel, ["config", "--config_file", str(target)], input="\n".join(answers) + "\n"
     )
@@ -252,7 +252,7 @@ def test_questionnaire_asks_the_sizes_for_several_processes(tmp_path):
 
 def test_questionnaire_on_the_cpu_does_not_ask_for_context_parallel(tmp_path):
     target = tmp_path / "c.yaml"
-    answers = ["", "MULTI_CPU", "1", "4", "y", "1", "2", "", "n", "no", "1"]
+    answers = ["", "MULTI_CPU", "1", "4", "y", "1", "2", "", "n", "n", "no", "1"]
     result = CliRunner().invoke(
         accel, ["config", "--config_file", str(target)], input="\n".join(answers) + "\n"
     )
@@ -264,7 +264,7 @@ def test_questionnaire_on_the_cpu_does_not_ask_for_context_parallel(tmp_path):
 
 def test_questionnaire_refuses_sizes_that_do_not_fit_and_writes_nothing(tmp_path):
     target = tmp_path / "c.yaml"
-    answers = ["", "MULTI_CPU", "1", "4", "y", "3", "1", "", "n", "no", "1"]
+    answers = ["", "MULTI_CPU", "1", "4", "y", "3", "1", "", "n", "n", "no", "1"]
     result = CliRunner().invoke(
         accel, ["config", "--config_file", str(target)], input="\n".join(answers) + "\n"
     )
@@ -278,7 +278,7 @@ def test_questionnaire_does_not_ask_for_one_process(tmp_path):
     result = CliRunner().invoke(
         accel,
         ["config", "--config_file", str(target)],
-        input="\n".join(["", "NO", "y", "n", "no", "1"]) + "\n",
+        input="\n".join(["", "NO", "y", "n", "n", "no", "1"]) + "\n",
     )
     assert result.exit_code == 0, result.output
     assert "parallelism" not in result.output

@@ -15,6 +15,7 @@ from click.core import ParameterSource
 
 from accel_launch.commands.common import ConfigProblem, flag
 from accel_launch.config.schema import (
+    DYNAMO_KEYS,
     HOOKS,
     KEYS,
     PARALLELISM_SWITCH,
@@ -79,12 +80,15 @@ def _adapter_flag_option(hook: LaunchHook, name: str) -> Callable[[Callable[...,
 def config_key_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add one flag per scalar config key to a command (in the table's order in `--help`), then
     --use_parallelism_config and each launch hook's selector, then the section flags (the
-    parallelism sizes, the hooks' keys), which take a value as Accelerate's do, and (hidden) the
+    parallelism sizes, the hooks' keys), which take a value as Accelerate's do (torch.compile's
+    are switches, as Accelerate's), and (hidden) the
     flags of adapters that are not installed."""
     options = [_key_option(key) for key in KEYS.values() if key.has_flag]
     options.append(_key_option(PARALLELISM_SWITCH))
     options += [_selector_option(hook.selector) for hook in HOOKS.values() if hook.selector is not None]
-    options += [_key_option(key, switch=False) for key in SECTION_SETTINGS.values() if key.has_flag]
+    # torch.compile's are switches, as Accelerate's (`--dynamo_use_fullgraph`).
+    options += [_key_option(key, switch=key.name in DYNAMO_KEYS) for key in SECTION_SETTINGS.values()
+                if key.has_flag]  # fmt: skip
     options += [_adapter_flag_option(hook, name) for hook in HOOKS.values() if hook.stand_in
                 for name in hook.adapter_flags]  # fmt: skip
     for option in reversed(options):

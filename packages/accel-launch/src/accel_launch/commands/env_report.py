@@ -10,9 +10,17 @@ import sys
 
 from accel_launch.config.effective import EffectiveConfig
 from accel_launch.config.schema import SECTIONS
+from accel_state.compilation.cache import compile_cache_dir
 from accel_state.seam.launch_hook import launch_hooks
 
-ACCEL_DISTRIBUTIONS = ("accel", "accel-state", "accel-data", "accel-amp", "accel-launch")
+ACCEL_DISTRIBUTIONS = (
+    "accel",
+    "accel-state",
+    "accel-data",
+    "accel-amp",
+    "accel-launch",
+    "accel-big-modeling",
+)
 
 
 def distribution_version(name: str) -> str:
@@ -42,6 +50,7 @@ def environment_lines(config: EffectiveConfig, *, config_found: bool) -> list[st
         lines.append(f"- {dist} version: {distribution_version(dist) if present else 'not installed'}")
     lines.append(f"- CPU count: {os.cpu_count()}")
     lines.append(f"- Devices: {_devices(torch)}")
+    lines.append(f"- torch.compile cache: {compile_cache_dir()} (set ACCEL_COMPILE_CACHE_DIR to move it)")
     state = "" if config_found else " (not found; defaults shown)"
     lines.append(f"- Config file: {config.path}{state}")
     lines.append("- Effective config:")

@@ -106,6 +106,7 @@ def launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
 
     from accel_launch.config.effective import check_launchable
     from accel_launch.config.parallelism import mesh_sizes
+    from accel_launch.config.schema import dynamo_variables
     from accel_launch.launch.env_check import check_accel_env
     from accel_launch.launch.machine_limits import check_process_count
 
@@ -131,6 +132,7 @@ def launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
             downcast_bf16=bool(config["downcast_bf16"]),
             enable_cpu_affinity=bool(config["enable_cpu_affinity"]),
             dynamo_backend=config["dynamo_backend"],
+            dynamo=dynamo_variables(config),
             engine_settings=hook.settings(config),
             parallelism=mesh_sizes(config),
             max_restarts=flags["max_restarts"],

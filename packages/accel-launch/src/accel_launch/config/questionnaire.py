@@ -14,12 +14,15 @@ import click
 from accel_launch.config.parallelism import setting_of
 from accel_launch.config.schema import (
     COMPUTE_ENVIRONMENTS,
+    DYNAMO_SECTION,
     HOOKS,
     PARALLELISM_DIMENSIONS,
     PARALLELISM_SECTION,
     RDZV_BACKENDS,
     SECTIONS,
 )
+from accel_state.compilation.plugin import MODES as DYNAMO_MODES
+from accel_state.compilation.plugin import DynamoBackend
 from accel_state.environment.choices import DEFAULT_MASTER_PORT, MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import LaunchHook, Question
 
@@ -67,6 +70,8 @@ def ask_config() -> dict[str, Any]:
         default=False,
     ):
         config[PARALLELISM_SECTION] = _ask_parallelism(world_size, cpu=bool(config["use_cpu"]))
+    if click.confirm("Do you want to compile your models with torch.compile (dynamo)?", default=False):
+        config[DYNAMO_SECTION] = _ask_dynamo()
     config["debug"] = click.confirm(
         "Should distributed operations be checked while running for errors (shape checks, slower)?",
         default=False,
@@ -98,6 +103,24 @@ def _ask_parallelism(world_size: int, *, cpu: bool) -> dict[str, int]:
         world_size // rest if world_size % rest == 0 else 1,
     )
     return {setting_of(dimension): sizes[dimension] for dimension in PARALLELISM_DIMENSIONS}
+
+
+def _ask_dynamo() -> dict[str, Any]:
+    """Return the dynamo_config section (Accelerate's keys) from the answers."""
+    backends = [backend.value.lower() for backend in DynamoBackend if backend is not DynamoBackend.NO]
+    return {
+        "dynamo_backend": click.prompt(
+            "Which torch.compile backend?", type=click.Choice(backends), default="inductor"
+        ),
+        "dynamo_mode": click.prompt("Which mode?", type=click.Choice(DYNAMO_MODES), default="default"),
+        "dynamo_use_fullgraph": click.confirm(
+            "Compile each model as one graph (no graph breaks)?", default=False
+        ),
+        "dynamo_use_dynamic": click.confirm("Compile for dynamic shapes?", default=False),
+        "dynamo_use_regional_compilation": click.confirm(
+            "Compile each repeated block once (regional compilation: much faster to compile)?", default=False
+        ),
+    }
 
 
 def _ask_size(prompt: str, default: int) -> int:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from accel_state.compilation.plugin import MODES as DYNAMO_MODES
 from accel_state.environment import env_vars
 from accel_state.environment.choices import CONFIG_DISTRIBUTED_TYPES, CONFIG_MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import ConfigKey, LaunchHook, LaunchHookError, launch_hooks
@@ -152,7 +153,7 @@ _SECTION_KEYS = tuple(
 )
 _KEYS_AFTER_SECTIONS = (
     ConfigKey("megatron_lm_config", "dict", None, "Megatron-LM section (not supported)."),
-    ConfigKey("dynamo_config", "dict", None, "torch.compile section (passed on as dynamo_backend)."),
+    ConfigKey("dynamo_config", "dict", None, "torch.compile section (its keys below)."),
     ConfigKey("ipex_config", "dict", None, "Intel extension section (not supported)."),
     ConfigKey("mpirun_config", "dict", None, "mpirun section (not supported)."),
     ConfigKey("fp8_config", "dict", None, "FP8 section (later issue)."),
@@ -197,9 +198,47 @@ PARALLELISM_KEYS: dict[str, ConfigKey] = {
     )
     for dimension, var in PARALLELISM_DIMENSIONS.items()
 }
+# torch.compile (Accelerate's `dynamo_config`): the backend is the top-level `dynamo_backend`
+# (the section's is its fallback); the other settings are the section's, each with a flag.
+DYNAMO_SECTION = "dynamo_config"
+DYNAMO_KEYS: dict[str, ConfigKey] = {
+    "dynamo_mode": ConfigKey(
+        "dynamo_mode", "choice", None, "torch.compile mode (with --dynamo_backend).", DYNAMO_MODES,
+        env_var=env_vars.DYNAMO_MODE,
+    ),
+    "dynamo_use_fullgraph": ConfigKey(
+        "dynamo_use_fullgraph", "bool", False, "Compile each model as one graph (a graph break is an error).",
+        env_var=env_vars.DYNAMO_USE_FULLGRAPH,
+    ),
+    "dynamo_use_dynamic": ConfigKey(
+        "dynamo_use_dynamic", "bool", False, "Compile for dynamic shapes (fewer recompilations).",
+        env_var=env_vars.DYNAMO_USE_DYNAMIC,
+    ),
+    "dynamo_use_regional_compilation": ConfigKey(
+        "dynamo_use_regional_compilation", "bool", False,
+        "Compile each repeated block once, in place (much faster compilation).",
+        env_var=env_vars.DYNAMO_USE_REGIONAL_COMPILATION,
+    ),
+}  # fmt: skip
+
+
+def dynamo_variables(config: Any) -> dict[str, str]:
+    """Return the ACCEL_DYNAMO_* variables of the torch.compile settings `config` was given."""
+    variables = {}
+    for name, key in DYNAMO_KEYS.items():
+        value = config.given(name)
+        if value is not None and key.env_var is not None:
+            variables[key.env_var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+    return variables
+
+
 # The sections of a file whose keys are typed; the other mappings are passed over unchecked.
 SECTIONS: dict[str, dict[str, ConfigKey]] = {
     PARALLELISM_SECTION: PARALLELISM_KEYS,
+    DYNAMO_SECTION: {
+        **DYNAMO_KEYS,
+        "dynamo_backend": ConfigKey("dynamo_backend", "str", None, "torch.compile backend.", flag=False),
+    },
     **{
         hook.section: {key.name: key for key in hook.keys}
         for hook in HOOKS.values()
@@ -213,17 +252,10 @@ STAND_IN_SECTIONS: dict[str, LaunchHook] = {
 }
 # Every hook's section, typed or not: listed under its keys' own names, never as a mapping.
 HOOK_SECTIONS: tuple[str, ...] = tuple(key.name for key in _SECTION_KEYS)
-# The keys Accelerate writes in the sections accel reads little or nothing of (dynamo_config
-# gives dynamo_backend only), and those of the typed sections accel passes over: known, so that a
-# misspelt key is refused with the closest name, while their values are left as they are.
+# The keys Accelerate writes in the sections accel reads nothing of, and those of the typed sections
+# accel passes over: known, so that a misspelt key is refused with the closest name, while their
+# values are left as they are.
 PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "dynamo_config": (
-        "dynamo_backend",
-        "dynamo_mode",
-        "dynamo_use_fullgraph",
-        "dynamo_use_dynamic",
-        "dynamo_use_regional_compilation",
-    ),
     "megatron_lm_config": tuple(
         f"megatron_lm_{name}"
         for name in (
@@ -274,22 +306,24 @@ PASSED_SECTION_KEYS: dict[str, tuple[str, ...]] = {
 # The parallelism sizes come first and belong to no hook.
 SECTION_SETTINGS: dict[str, ConfigKey] = {
     **PARALLELISM_KEYS,
+    **DYNAMO_KEYS,
     **{key.name: key for hook in HOOKS.values() for key in hook.settings_keys if key.name not in KEYS},
 }
 SECTION_OF: dict[str, str] = {
     **dict.fromkeys(PARALLELISM_KEYS, PARALLELISM_SECTION),
+    **dict.fromkeys(DYNAMO_KEYS, DYNAMO_SECTION),
     **{
         key.name: str(hook.section)
         for hook in HOOKS.values()
         for key in hook.settings_keys
-        if key.name in SECTION_SETTINGS and key.name not in PARALLELISM_KEYS
+        if key.name in SECTION_SETTINGS and key.name not in PARALLELISM_KEYS and key.name not in DYNAMO_KEYS
     },
 }
 HOOK_OF: dict[str, LaunchHook] = {
     key.name: hook
     for hook in HOOKS.values()
     for key in hook.settings_keys
-    if key.name in SECTION_SETTINGS and key.name not in PARALLELISM_KEYS
+    if key.name in SECTION_SETTINGS and key.name not in PARALLELISM_KEYS and key.name not in DYNAMO_KEYS
 }
 # Settings a file sets only through a section's presence: name -> that section.
 IMPLIED_BY_SECTION: dict[str, str] = {PARALLELISM_SWITCH.name: PARALLELISM_SECTION}

@@ -51,6 +51,8 @@ class LaunchOptions:
     downcast_bf16: bool = False
     enable_cpu_affinity: bool = False
     dynamo_backend: str | None = None
+    # The torch.compile settings given (ACCEL_DYNAMO_* variable -> its value), for the workers.
+    dynamo: dict[str, str] = field(default_factory=dict)
     # The settings of the job's section that were given (its launch hook turns them into env vars).
     engine_settings: dict[str, Any] = field(default_factory=dict)
     # The N-D mesh's size per dimension ("dp_replicate", "dp_shard", "tp", "cp"); empty: no

@@ -151,6 +151,7 @@ def worker_env(options: LaunchOptions, environ: Mapping[str, str]) -> dict[str, 
         env[env_vars.ENABLE_CPU_AFFINITY] = "1"
     if options.dynamo_backend is not None:
         env[env_vars.DYNAMO_BACKEND] = options.dynamo_backend
+    env.update(options.dynamo)
     if options.parallelism:
         # Every size, as Accelerate passes them: the ranks need not know the defaults.
         env[env_vars.USE_PARALLELISM_CONFIG] = "1"
