@@ -120,3 +120,22 @@ def test_compiled_runs_give_eagers_losses_and_weights(engine):
         weight_tolerance = cases[name].get("weight_tolerance", tolerance)
         assert result["weights"] <= weight_tolerance, f"{name}: weights differ by {result['weights']}"
         assert result["gathered"] == 64, f"{name}: gather of compiled outputs"
+
+
+def test_a_second_launch_compiles_from_the_cache(tmp_path):
+    import json
+    from pathlib import Path
+
+    from accel_launch.testing.ranks import launch_script
+
+    script = Path(__file__).parent / "scripts" / "compile_once.py"
+    env = {"ACCEL_COMPILE_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    runs = []
+    for _ in range(2):
+        result = launch_script(script, 1, env=env, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["misses"] > 0 and cold["hits"] == 0, cold
+    assert warm["hits"] >= cold["misses"] and warm["misses"] == 0, warm
+    assert any((tmp_path / "cache").iterdir()), "the cache is in the folder accel chose"

@@ -107,9 +107,13 @@ def test_both_keywords_are_refused():
 
 @pytest.mark.parametrize("regional", [False, True])
 def test_a_compiled_model_trains_as_the_eager_one_and_keeps_its_keys(regional):
+    from torch._dynamo.utils import counters
+
     eager_losses, eager = _train(Accelerator(cpu=True))
     plugin = TorchDynamoPlugin(backend="aot_eager", use_regional_compilation=regional)
+    counters.clear()
     losses, model = _train(Accelerator(cpu=True, dynamo_plugin=plugin))
+    assert counters["aot_autograd"]["total"] > 0, "dynamo traced the model"
     assert type(model) is type(eager), "compiled in place: prepare returns the same kind of object"
     assert is_compiled(model)
     assert losses == pytest.approx(eager_losses, rel=1e-5)
@@ -117,6 +121,19 @@ def test_a_compiled_model_trains_as_the_eager_one_and_keeps_its_keys(regional):
     blocks = [block._compiled_call_impl is not None for block in model.blocks]
     assert blocks == [regional] * 3
     assert (model._compiled_call_impl is not None) is not regional
+
+
+def test_a_model_whose_forward_is_torchs_own_is_compiled_too():
+    # Dynamo starts no trace in torch's files: an nn.Sequential compiled by Module.compile alone
+    # would run eagerly.
+    from torch._dynamo.utils import counters
+
+    accelerator = Accelerator(cpu=True, dynamo_backend="aot_eager")
+    model = accelerator.prepare(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+    counters.clear()
+    model(torch.randn(2, 4)).sum().backward()
+    assert counters["aot_autograd"]["total"] > 0
+    assert list(model.state_dict()) == ["0.weight", "0.bias"]
 
 
 def test_regional_compilation_takes_the_blocks_given_or_the_no_split_modules():

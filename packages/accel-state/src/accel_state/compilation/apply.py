@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from accel_state.compilation.cache import use_compile_cache
+from accel_state.compilation.in_place import compile_in_place
 from accel_state.compilation.plugin import TorchDynamoPlugin
 from accel_state.compilation.regions import compile_regions
 
@@ -23,8 +24,7 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
     kwargs = plugin.to_kwargs()
     if plugin.use_regional_compilation:
         return compile_regions(model, plugin.regional_block_classes, **kwargs)
-    torch.nn.Module.compile(model, **kwargs)  # unbound: an engine's own `compile` takes other arguments
-    return model
+    return compile_in_place(model, **kwargs)
 
 
 def is_compiled(model: torch.nn.Module) -> bool:

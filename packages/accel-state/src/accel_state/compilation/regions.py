@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from accel_state.compilation.in_place import compile_in_place
 from accel_state.compilation.plugin import CompileConfigError
 
 
@@ -62,10 +63,10 @@ def compile_regions(
     compiled: list[torch.nn.Module] = []
     for _, candidate in module.named_modules():
         if type(candidate) in classes and not any(_inside(candidate, outer) for outer in compiled):
-            candidate.compile(**compile_kwargs)
+            compile_in_place(candidate, **compile_kwargs)
             compiled.append(candidate)
     if not compiled:
-        module.compile(**compile_kwargs)
+        compile_in_place(module, **compile_kwargs)
     return module
 
 
