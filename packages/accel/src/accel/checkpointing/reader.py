@@ -26,6 +26,9 @@ from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAM
 from accel.checkpointing.streamed_digests import StreamedFile
 
 KNOWN_DIGESTS = (DIGEST_NAME, DIGEST_V2, DIGEST_V1)
+# Files smaller than this are checked on the reading thread: handing one to the checking thread
+# (waking it, the GIL passed back and forth) costs more than hashing it.
+INLINE_CHECK_BYTES = 1 << 20
 
 
 class FolderReader:
@@ -130,6 +133,12 @@ class FolderReader:
                 if pending is not None:
                     pending.result()  # an earlier file's verdict is reported first
                 raise
+            if self.files[name]["size"] < INLINE_CHECK_BYTES:
+                if pending is not None:
+                    yield pending.result()
+                    pending = None
+                yield self._checked(name, value, known)
+                continue
             checked = check_later(self._checked, name, value, known)
             if pending is not None:
                 yield pending.result()

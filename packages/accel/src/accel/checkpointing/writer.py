@@ -95,6 +95,17 @@ def write_bytes_file(path: Path, data: bytes) -> None:
         path.write_bytes(data)
 
 
+# Tensor files smaller than this are written and checked on the caller's thread (see write_safetensors).
+INLINE_BYTES = 1 << 20
+
+
+def _done(value: Any) -> concurrent.futures.Future[Any]:
+    """Return a future that already holds `value`."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    future.set_result(value)
+    return future
+
+
 def _content_check(obj: Any) -> dict[str, Any]:
     digest = digest_of(obj)
     return {"content": digest.whole, "tensors": digest.tensors}
@@ -118,13 +129,18 @@ class FolderWriter:
     def write_safetensors(
         self, name: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
     ) -> None:
+        if sum(t.numel() * t.element_size() for t in tensors.values()) < INLINE_BYTES:
+            # Small (random states): written and checked here, cheaper than waking two threads.
+            self._checks[name] = _done(_content_check((tensors, metadata)))
+            write_safetensors_file(self.folder / name, tensors, metadata)
+            return
         self._check_content(name, (tensors, metadata))
         self._writes.append(write_later(write_safetensors_file, self.folder / name, tensors, metadata))
 
     def write_json(self, name: str, obj: Any) -> None:
         data = compact_json(obj)
         write_bytes_file(self.folder / name, data)
-        self._checks[name] = check_later(lambda: {"sha256": hashlib.sha256(data).hexdigest()})
+        self._checks[name] = _done({"sha256": hashlib.sha256(data).hexdigest()})
 
     def settle(self) -> None:
         """Wait until no write or check of this writer runs any more, whatever their outcome."""
