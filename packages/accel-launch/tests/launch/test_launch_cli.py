@@ -159,7 +159,7 @@ def test_the_group_help_lists_every_command_without_the_schema_hooks_or_options(
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "LOADED []"
     listed = result.stdout.partition("Commands:")[2].split()
-    assert {"config", "env", "launch", "plot", "test"} <= set(listed)
+    assert {"config", "env", "estimate-memory", "launch", "plot", "test"} <= set(listed)
 
 
 @pytest.mark.parametrize("limit", [20, 45, 74, 200])

@@ -39,6 +39,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "env_command",
         "Print versions, platform, devices and the effective config, for a bug report.",
     ),
+    "estimate-memory": LazyCommand(
+        "accel_launch.commands.estimate_command",
+        "estimate_memory_command",
+        "Estimate a model's memory in each dtype, its largest layer, and training with AdamW.",
+    ),
     "launch": LazyCommand(
         "accel_launch.commands.launch_command",
         "launch",

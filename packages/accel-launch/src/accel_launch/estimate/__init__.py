@@ -1,0 +1,1 @@
+"""`accel estimate-memory`: a model built on the meta device, counted, and its memory estimated."""
