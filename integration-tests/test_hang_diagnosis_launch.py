@@ -17,7 +17,9 @@ from accel_launch.testing.ranks import launch_script
 pytestmark = pytest.mark.slow
 
 COLLECTIVE_TIMEOUT = 10  # seconds; ACCEL_TIMEOUT, read by the ranks' process group
-ENV = {"ACCEL_TIMEOUT": str(COLLECTIVE_TIMEOUT)}
+# Debug mode off unless a case asks for it: the suite's sessions turn it on for every test, and in
+# debug mode ranks in different collectives raise at once instead of stalling.
+ENV = {"ACCEL_TIMEOUT": str(COLLECTIVE_TIMEOUT), "ACCEL_DEBUG_MODE": "0"}
 
 # Line numbers matter: the diagnosis names them (see LINE below).
 SCRIPT = """\
