@@ -566,8 +566,9 @@ def test_the_settings_of_another_job_type_write_no_deepspeed_variable():
 def test_questionnaire_writes_a_deepspeed_config(tmp_path, script, launched):
     target = tmp_path / "ds.yaml"
     # environment, type, machines, processes, JSON file (none), stage, optimizer offload, param offload,
-    # zero.Init, 16-bit save, CPU only, parallelism config, debug, mixed precision, accumulation
-    answers = ["", "DEEPSPEED", "1", "2", "", "3", "cpu", "none", "y", "n", "n", "n", "n", "bf16", "2"]
+    # zero.Init, 16-bit save, CPU only, parallelism config, torch.compile, debug, mixed precision,
+    # accumulation
+    answers = ["", "DEEPSPEED", "1", "2", "", "3", "cpu", "none", "y", "n", "n", "n", "n", "n", "bf16", "2"]
     result = CliRunner().invoke(
         accel, ["config", "--config_file", str(target)], input="\n".join(answers) + "\n"
     )
@@ -601,6 +602,7 @@ def test_questionnaire_takes_a_json_file_and_two_machines(tmp_path, ds_json):
         str(ds_json),
         "n",
         "n",
+        "n",  # torch.compile
         "n",
         "no",
         "1",
