@@ -271,6 +271,28 @@ def test_a_corrupt_file_is_reported_before_any_object_changes(tmp_path, name):
     assert _live_state(*objects) == before
 
 
+@pytest.mark.parametrize("user_setting", [True, False])
+def test_zip_checksums_are_skipped_only_in_a_checkpoint_and_torch_setting_is_kept(tmp_path, user_setting):
+    """A checkpoint's torch files go without zip CRC32 (torch.load never reads them; the digests of
+    checkpoint.json check every byte, as the corrupt-file cases above show); files for other tools
+    (save_model's .bin) keep them, and torch's own setting is as the user left it."""
+    torch.serialization.set_crc32_options(user_setting)
+    try:
+        objects = _setup()
+        _train_step(*objects)
+        folder = Path(save_state(objects[0], tmp_path / "c"))
+        assert torch.serialization.get_crc32_options() is user_setting
+        stored = [entry for entry in zipfile.ZipFile(folder / "optimizer.bin").infolist() if entry.file_size]
+        assert stored and {entry.CRC for entry in stored} == {0}
+        save_model(objects[0], objects[1], tmp_path / "m", safe_serialization=False)
+        (weights,) = (tmp_path / "m").glob("*.bin")
+        if user_setting:
+            assert zipfile.ZipFile(weights).testzip() is None  # every record's CRC32 present and right
+        assert torch.serialization.get_crc32_options() is user_setting
+    finally:
+        torch.serialization.set_crc32_options(True)
+
+
 def test_an_optimizer_of_another_shape_is_refused_before_any_object_changes(tmp_path):
     objects = _setup()
     acc, model, optimizer, scheduler, counter = objects
