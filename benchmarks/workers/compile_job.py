@@ -1,0 +1,126 @@
+"""One process of the compile figure: a transformer encoder trained eager, fully compiled or compiled
+by region (inductor by default), through one contender; time to the first step and steps/s after warm-up.
+
+    python compile_job.py --contender raw|accel|accelerate --variant eager|full|regional
+        [--backend inductor] --blocks 12 --width 256 --heads 4 --sequence 128 --batch 4 --warmup 3 --steps 10
+
+- raw: the loop by hand; `torch.compile(model)` (full) or `torch.compile(layer)` in place of each
+  encoder layer (regional, torch's recipe);
+- accel / accelerate: `Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend=...,
+  use_regional_compilation=...))` and `prepare`, which compiles.
+Inductor's cache folder comes from the environment (TORCHINDUCTOR_CACHE_DIR and
+ACCEL_COMPILE_CACHE_DIR, set alike by the figure). The clock starts once the libraries are imported
+and the model is built, and stops after the first optimizer step: preparing and compiling count.
+Emits {"first_step_s": s, "steps_per_s": steps/s after warm-up, "graphs": graphs dynamo compiled}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch._dynamo.utils
+
+from benchmarks.jobs import emit
+from benchmarks.workers.job_exit import end_job
+
+Backward = Callable[[torch.Tensor], None]
+
+
+def make_encoder(blocks: int, width: int, heads: int) -> torch.nn.Module:
+    """Return the training figures' encoder (4 x d=256 there) with `blocks` layers."""
+    layer = torch.nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, blocks, enable_nested_tensor=False)
+
+
+def _raw(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, variant: str, backend: str
+) -> tuple[Any, Any, Backward]:
+    if variant == "full":
+        model = torch.compile(model, backend=backend)  # type: ignore[assignment]
+    elif variant == "regional":
+        # Not `layer.compile()`: on a module whose forward is torch's own it compiles nothing.
+        layers = model.layers  # type: ignore[union-attr]
+        model.layers = torch.nn.ModuleList(torch.compile(layer, backend=backend) for layer in layers)
+    return model, optimizer, lambda loss: loss.backward()
+
+
+def _library(
+    contender: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, variant: str, backend: str
+) -> tuple[Any, Any, Backward]:
+    if contender == "accel":
+        from accel import Accelerator
+        from accel.utils import TorchDynamoPlugin
+    else:
+        from accelerate import Accelerator  # type: ignore[no-redef]
+        from accelerate.utils import TorchDynamoPlugin  # type: ignore[no-redef]
+    if variant == "eager":
+        accelerator = Accelerator(cpu=True)
+    else:
+        plugin = TorchDynamoPlugin(backend=backend, use_regional_compilation=variant == "regional")
+        accelerator = Accelerator(cpu=True, dynamo_plugin=plugin)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    return model, optimizer, accelerator.backward
+
+
+def _import(contender: str) -> None:
+    """Import the contender's library before the clock starts (import cost is the startup figure's)."""
+    if contender == "accel":
+        import accel  # noqa: F401
+        import accel.utils  # noqa: F401
+    elif contender == "accelerate":
+        import accelerate  # noqa: F401
+        import accelerate.utils  # noqa: F401
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contender", choices=["raw", "accel", "accelerate"], required=True)
+    parser.add_argument("--variant", choices=["eager", "full", "regional"], required=True)
+    parser.add_argument("--backend", default="inductor", help="torch.compile's backend")
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--sequence", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    _import(args.contender)
+    torch.manual_seed(0)
+    model = make_encoder(args.blocks, args.width, args.heads)
+    batches = [torch.randn(args.batch, args.sequence, args.width) for _ in range(2)]
+    target = torch.randn(args.batch, args.sequence, args.width)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    started = time.perf_counter()
+    if args.contender == "raw":
+        model, optimizer, backward = _raw(model, optimizer, args.variant, args.backend)
+    else:
+        model, optimizer, backward = _library(args.contender, model, optimizer, args.variant, args.backend)
+
+    def step(index: int) -> None:
+        loss = torch.nn.functional.mse_loss(model(batches[index % 2]), target)
+        backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    step(0)
+    first_step = time.perf_counter() - started
+    for index in range(args.warmup):
+        step(index + 1)
+    started = time.perf_counter()
+    for index in range(args.steps):
+        step(index)
+    rate = args.steps / (time.perf_counter() - started)
+    graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    emit({"first_step_s": first_step, "steps_per_s": rate, "graphs": graphs})
+    end_job(args.contender)
+
+
+if __name__ == "__main__":
+    main()
