@@ -216,6 +216,13 @@ class DeepSpeedBackend(BackendBase):
 
         return unwrap(model, DeepSpeedEngine)
 
+    def compile_model(self, model: Any, plugin: Any) -> Any:
+        """Compile the engine's module in place, not the engine, as DeepSpeed's own `engine.compile`
+        does: the engine's forward (its hooks, timers and ZeRO-3's parameter fetching) stays eager
+        around the compiled module. Returns the engine."""
+        super().compile_model(self.unwrap_model(model), plugin)
+        return model
+
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """The full state dict, gathered from every rank (collective): fp32 master weights, or the
         16-bit weights the model computes with when `zero3_save_16bit_model` is set."""
