@@ -23,6 +23,7 @@ from accel.checkpointing.content_digest_v1 import content_digest_v1
 from accel.checkpointing.digests import check_later, file_digest
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
+from accel.checkpointing.progress import NO_PROGRESS, Progress
 from accel.checkpointing.streamed_digests import StreamedFile
 
 KNOWN_DIGESTS = (DIGEST_NAME, DIGEST_V2, DIGEST_V1)
@@ -34,8 +35,9 @@ INLINE_CHECK_BYTES = 1 << 20
 class FolderReader:
     """Reads the files of a complete checkpoint, checking each against checkpoint.json."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, progress: Progress = NO_PROGRESS) -> None:
         self.folder = folder
+        self.progress = progress  # advanced as each file is read
         metadata_path = folder / METADATA_NAME
         if not folder.is_dir():
             raise CheckpointError(f"no checkpoint at {folder}: the folder does not exist")
@@ -133,6 +135,7 @@ class FolderReader:
                 if pending is not None:
                     pending.result()  # an earlier file's verdict is reported first
                 raise
+            self.progress.advance(int(self.files[name]["size"]))
             if self.files[name]["size"] < INLINE_CHECK_BYTES:
                 if pending is not None:
                     yield pending.result()

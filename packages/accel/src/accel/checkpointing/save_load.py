@@ -20,6 +20,7 @@ from accel.checkpointing.folder import (
 )
 from accel.checkpointing.layout import TRAINING_STATE_NAME, suffix, write_model
 from accel.checkpointing.naming import CHECKPOINT_FOLDER, load_dir, project_configuration, prune, save_dir
+from accel.checkpointing.progress import Progress
 from accel.checkpointing.reader import FolderReader
 from accel.checkpointing.registry import CheckpointRegistry, registry_of
 from accel.checkpointing.restore import (
@@ -52,7 +53,8 @@ def save_state(
     final_dir = save_dir(accelerator, output_dir)
     pending = begin_folder(final_dir)
     temporary = pending.temporary
-    writer = FolderWriter(temporary)
+    progress = Progress("save_state", None, shown=state.is_main_process)
+    writer = FolderWriter(temporary, progress)
     counts: dict[str, Any] = {}
     failure: Exception | None = None
     try:
@@ -71,8 +73,12 @@ def save_state(
     except BaseException:
         writer.settle()  # no write of this save goes on into the folder removed next
         abandon_folder(pending)
+        progress.close()
         raise
-    commit_folder(pending, writer, state.num_processes, counts, failure)
+    try:
+        commit_folder(pending, writer, state.num_processes, counts, failure)
+    finally:
+        progress.close()
     config = project_configuration(accelerator)
     if config is not None and config.automatic_checkpoint_naming:
         if state.is_main_process:
@@ -160,6 +166,19 @@ def _load_folder(accelerator: Any, folder: Path, resume_position: bool) -> None:
     state = PartialState()
     registry = registry_of(accelerator)
     reader = FolderReader(folder)
+    total = sum(int(entry["size"]) for entry in reader.files.values())
+    reader.progress = Progress("load_state", total, shown=state.is_main_process)
+    try:
+        _restore_from(accelerator, reader, registry, resume_position)
+    finally:
+        reader.progress.close()
+
+
+def _restore_from(
+    accelerator: Any, reader: FolderReader, registry: CheckpointRegistry, resume_position: bool
+) -> None:
+    state = PartialState()
+    folder = reader.folder
     meta = reader.metadata
     if meta.get("num_processes") != state.num_processes and not accelerator.backend.reshards_checkpoints:
         raise CheckpointError(

@@ -26,6 +26,7 @@ import torch
 from accel.checkpointing.content_digest import digest_of
 from accel.checkpointing.digests import check_later, write_later
 from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
+from accel.checkpointing.progress import NO_PROGRESS, Progress
 
 
 def _file_mode() -> int:
@@ -143,17 +144,27 @@ def _content_check(obj: Any) -> dict[str, Any]:
 class FolderWriter:
     """Writes the files of one checkpoint into its temporary folder and notes how to check each."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, progress: Progress = NO_PROGRESS) -> None:
         self.folder = folder
+        self.progress = progress
         self._checks: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
         self._writes: list[concurrent.futures.Future[None]] = []
 
     def _check_content(self, name: str, obj: Any) -> None:
         self._checks[name] = check_later(_content_check, obj)
 
+    def _advance(self, path: Path) -> None:
+        with contextlib.suppress(OSError):
+            self.progress.advance(path.stat().st_size)
+
+    def _advance_unless_failed(self, write: concurrent.futures.Future[None], path: Path) -> None:
+        if write.exception() is None:
+            self._advance(path)
+
     def write_torch(self, name: str, obj: Any) -> None:
         self._check_content(name, obj)
         write_torch_file(self.folder / name, obj, zip_checksums=False)
+        self._advance(self.folder / name)
 
     def write_safetensors(
         self, name: str, tensors: dict[str, torch.Tensor], metadata: dict[str, str]
@@ -162,9 +173,12 @@ class FolderWriter:
             # Small (random states): written and checked here, cheaper than waking two threads.
             self._checks[name] = _done(_content_check((tensors, metadata)))
             write_safetensors_file(self.folder / name, tensors, metadata)
+            self._advance(self.folder / name)
             return
         self._check_content(name, (tensors, metadata))
-        self._writes.append(write_later(write_safetensors_file, self.folder / name, tensors, metadata))
+        write = write_later(write_safetensors_file, self.folder / name, tensors, metadata)
+        write.add_done_callback(lambda done: self._advance_unless_failed(done, self.folder / name))
+        self._writes.append(write)
 
     def write_json(self, name: str, obj: Any) -> None:
         data = compact_json(obj)
