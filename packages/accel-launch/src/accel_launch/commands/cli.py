@@ -50,6 +50,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run (or on every "
         "replica as the job's engine starts them).",
     ),
+    "merge-weights": LazyCommand(
+        "accel_launch.commands.merge_weights_command",
+        "merge_weights_command",
+        "Merge a sharded FSDP checkpoint (SHARDED_STATE_DICT) into one set of weights: model.safetensors.",
+    ),
     "plot": LazyCommand(
         "accel_launch.commands.plot_command",
         "plot_command",
@@ -60,6 +65,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "test_command",
         "Run the diagnostic checks (the umbrella's, registered as a test script) on the configured "
         "setup; exit 0 if all pass.",
+    ),
+    "to-fsdp2": LazyCommand(
+        "accel_launch.commands.to_fsdp2_command",
+        "to_fsdp2_command",
+        "Rewrite a config file's FSDP1 fsdp_config section with FSDP2's keys (fsdp_version 2).",
     ),
 }
 
