@@ -7,14 +7,20 @@ by sequence number: the ranks inside the furthest collective wait for the others
 sequence is behind (in the script's own code, in an earlier collective) or that died is the one
 that stalls the job, named first. Ranks inside different collectives under the same number called
 them in different orders. Pure functions of the reports: tested without processes.
+
+`python -m accel_launch.launch.diagnosis FOLDER` prints the diagnosis of the reports in a folder:
+for jobs started without `accel launch` (plain torchrun) whose ranks were given ACCEL_DIAGNOSIS_DIR
+and asked for their reports with SIGUSR1 by hand (see docs/troubleshooting.md).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-from collections.abc import Mapping
+import sys
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +58,9 @@ def _where(report: Mapping[str, Any]) -> str:
     if not where:
         return "outside the script's code (every frame of its main thread is accel's or torch's)"
     code = f": {where['code'].rstrip(':')}" if where.get("code") else ""  # a `for ...:` line reads on
-    return f"{_short(where['file'])}:{where['line']} in {where['function']}{code}"
+    torch_op = report.get("torch_collective")
+    inside = f" (inside torch.distributed's {torch_op})" if torch_op and not report.get("current") else ""
+    return f"{_short(where['file'])}:{where['line']} in {where['function']}{code}{inside}"
 
 
 def _label(entry: Mapping[str, Any]) -> str:
@@ -78,10 +86,12 @@ def diagnose(
     reports: Mapping[int, Mapping[str, Any] | None],
     exits: Mapping[int, int | None],
     reason: str,
+    elsewhere: Collection[int] = (),
 ) -> Diagnosis:
     """Return the diagnosis of the ranks' `reports` (None: no report) given their `exits` (None: alive).
 
-    `reason` says what triggered it ("rank 0 failed", "no rank made progress for 60 s").
+    `reason` says what triggered it ("rank 0 failed", "no rank made progress for 60 s");
+    `elsewhere`: ranks on another machine, whose launcher sent no report.
     """
     ranks = sorted(set(reports) | set(exits))
     in_collective = {r: rep["current"] for r, rep in reports.items() if rep and rep.get("current")}
@@ -97,7 +107,12 @@ def diagnose(
         report = reports.get(rank)
         code = exits.get(rank)
         if report is None:
-            if code is not None:
+            if rank in elsewhere:
+                culprits.append(
+                    f"rank {rank} runs on another machine, whose launcher sent no report: "
+                    "see that machine's output"
+                )
+            elif code is not None:
                 culprits.append(
                     f"rank {rank} died ({_exit_text(code)}) without a report: where it was is unknown"
                 )
@@ -115,7 +130,12 @@ def diagnose(
             failed.setdefault(key, []).append(_failed(report))
             continue
         dead = f" ({_exit_text(code)})" if code is not None else ""
-        where = f"it is in {_label(current)}" if current is not None else f"it is in {_where(report)}"
+        if current is not None:
+            where = f"it is in {_label(current)}"
+        elif report.get("error"):
+            where = f"it raised {report['error']} at {_where(report)}"  # an uncaught exception
+        else:
+            where = f"it is in {_where(report)}"
         if front is not None:
             culprits.append(f"rank {rank}{dead} never reached {target}: {where}")
         else:
@@ -138,7 +158,7 @@ def diagnose(
         headline = "; ".join(culprits + waiting)
     lines = [f"diagnosis ({reason}): {headline}"]
     for rank in ranks:
-        lines.extend(_detail(rank, reports.get(rank), exits.get(rank)))
+        lines.extend(_detail(rank, reports.get(rank), exits.get(rank), elsewhere))
     data = {
         "reason": reason,
         "summary": headline,
@@ -147,10 +167,12 @@ def diagnose(
     return Diagnosis(lines, data)
 
 
-def _detail(rank: int, report: Mapping[str, Any] | None, code: int | None) -> list[str]:
+def _detail(
+    rank: int, report: Mapping[str, Any] | None, code: int | None, elsewhere: Collection[int] = ()
+) -> list[str]:
     status = "" if code is None else f" ({_exit_text(code)})"
     if report is None:
-        return [f"  rank {rank}{status}: no report"]
+        return [f"  rank {rank}{status}: no report{' (another machine)' if rank in elsewhere else ''}"]
     current = report.get("current")
     done = [entry for entry in report.get("collectives", []) if current is None or entry != current]
     head = f"  rank {rank}{status}, pid {report.get('pid')}: at {_where(report)}"
@@ -166,3 +188,39 @@ def _detail(rank: int, report: Mapping[str, Any] | None, code: int | None) -> li
     else:
         lines.append("    no collective done yet")
     return lines
+
+
+def diagnose_folder(folder: str) -> Diagnosis | None:
+    """Return the diagnosis of the reports (`rank<R>.json`) in `folder`, or None when it holds none."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    reports: dict[int, Mapping[str, Any] | None] = {}
+    for name in names:
+        match = re.fullmatch(r"rank(\d+)\.(json|pid)", name)
+        if match:
+            rank = int(match.group(1))
+            report = read_report(os.path.join(folder, name)) if match.group(2) == "json" else None
+            reports[rank] = report or reports.get(rank)
+    if not any(reports.values()):
+        return None
+    return diagnose(reports, {}, f"the reports in {folder}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the diagnosis of the reports in the folder named by `argv`; return the exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if len(arguments) != 1:
+        print("usage: python -m accel_launch.launch.diagnosis FOLDER", file=sys.stderr)
+        return 2
+    result = diagnose_folder(arguments[0])
+    if result is None:
+        print(f"no rank report (rank<R>.json) in {arguments[0]}", file=sys.stderr)
+        return 1
+    print(result.text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

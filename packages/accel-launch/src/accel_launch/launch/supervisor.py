@@ -8,18 +8,26 @@ it sends REPORT_SIGNAL to every live rank that is ready for it, waits a few seco
 reports in the job's diagnosis folder, prints one diagnosis (accel_launch.launch.diagnosis) and
 writes it as JSON; then the agent's poll goes on and tears the job down as before. A job that
 ends well never triggers it, and its diagnosis folder is removed.
+
+A job on several machines has one agent per machine, each watching its own ranks only. They share
+the reports through the rendezvous store the agents already hold (torch's TCPStore, on machine 0):
+the launcher that diagnoses sets a key there, publishes its ranks' reports and waits a few seconds
+for the others'; every other launcher looks for that key on its polls (at most every
+_STORE_POLL seconds), asks its own live ranks and publishes their reports. Each prints the whole
+job's diagnosis; a machine whose launcher does not answer in time is named as such.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +36,9 @@ from accel_state.environment import env_vars
 from accel_state.process_group.diagnosis import REPORT_SIGNAL, heartbeat_path, pid_path, report_path
 
 REPORT_WAIT = 5.0  # seconds the launcher waits for the live ranks' reports
+_REMOTE_WAIT = REPORT_WAIT + 3.0  # seconds it waits for the other machines' (they ask their ranks too)
+_STORE_POLL = 0.25  # seconds between two looks for another machine's request in the store
+_STORE_KEY = "accel-diagnosis"
 _KILL_AFTER = 10.0  # seconds a hung job's ranks get to end on SIGTERM before SIGKILL
 PREFIX = "accel launch"
 
@@ -52,6 +63,12 @@ class Supervisor:
         self._beats: dict[int, str] = {}
         self._kill_at = 0.0
         self._children: list[int] = []
+        self.prefix = PREFIX  # of every line it prints
+        self.summary: str | None = None  # the headline of the last diagnosis printed
+        self._store: Any = None  # the rendezvous store, on a job of several machines
+        self._store_key = _STORE_KEY
+        self._remote: tuple[int, ...] = ()  # the ranks on other machines
+        self._next_store_check = 0.0
 
     @classmethod
     def for_job(cls, env: dict[str, str], log_dir: str | None) -> Supervisor:
@@ -79,20 +96,25 @@ class Supervisor:
 
     # Called by the agent before each of its polls.
     def check(self, agent: Any, worker_group: Any) -> None:
-        handlers = getattr(getattr(agent, "_pcontext", None), "subprocess_handlers", None)
+        handlers = _exit_polls(getattr(agent, "_pcontext", None))
         if not handlers:
-            return  # not started yet, or a context without processes of its own
+            return  # not started yet
         workers = {worker.global_rank: worker for worker in worker_group.workers}
         pids = tuple(worker.id for worker in workers.values())
         if pids != self._attempt:
             self._new_attempt(pids, workers)
+            self._join_machines(agent, worker_group, workers)
         if self._diagnosed:
             if self.hung and time.monotonic() > self._kill_at:
                 self._stop(workers, handlers, signal.SIGKILL)  # it ignored SIGTERM
             return
-        exits = {rank: handlers[worker.local_rank].proc.poll() for rank, worker in workers.items()}
+        exits = {rank: handlers[worker.local_rank]() for rank, worker in workers.items()}
         failed = sorted(rank for rank, code in exits.items() if code not in (None, 0))
-        if failed:
+        asked = None if failed else self._asked_elsewhere()
+        if asked is not None:
+            self._diagnosed = True
+            self.diagnose(workers, handlers, f"{asked}, on another machine", asked_elsewhere=True)
+        elif failed:
             self._diagnosed = True
             who = ", ".join(f"rank {rank} {_exit_words(exits[rank])}" for rank in failed)
             self.diagnose(workers, handlers, who)
@@ -108,7 +130,7 @@ class Supervisor:
     def _stop(self, workers: Mapping[int, Any], handlers: Mapping[int, Any], signum: int) -> None:
         # The agent then sees failed workers and tears the job down as after any failure.
         for worker in workers.values():
-            if handlers[worker.local_rank].proc.poll() is None:
+            if handlers[worker.local_rank]() is None:
                 with contextlib.suppress(OSError):
                     os.kill(worker.id, signum)
         for child in self._children:
@@ -125,6 +147,58 @@ class Supervisor:
             for path in (report_path(self.folder, rank), heartbeat_path(self.folder, rank)):
                 with contextlib.suppress(OSError):
                     os.remove(path)
+
+    def _join_machines(self, agent: Any, worker_group: Any, workers: Mapping[int, Any]) -> None:
+        """Keep the rendezvous store when the job has ranks on other machines (see the module docstring)."""
+        self._store = None
+        world = max((int(getattr(worker, "world_size", 0) or 0) for worker in workers.values()), default=0)
+        store = getattr(worker_group, "store", None)
+        if store is None or world <= len(workers):
+            return
+        self._store = store
+        self._remote = tuple(rank for rank in range(world) if rank not in workers)
+        spec = getattr(worker_group, "spec", None)
+        restarts = getattr(spec, "max_restarts", 0) - getattr(agent, "_remaining_restarts", 0)
+        self._store_key = f"{_STORE_KEY}/{restarts}"  # each attempt's own keys (the agents restart together)
+
+    def _asked_elsewhere(self) -> str | None:
+        """Return the reason another machine's launcher diagnoses the job for, if it asked already."""
+        now = time.monotonic()
+        if self._store is None or now < self._next_store_check:
+            return None
+        self._next_store_check = now + _STORE_POLL
+        key = f"{self._store_key}/asked"
+        try:
+            return self._store.get(key).decode() if self._store.check([key]) else None
+        except Exception:  # noqa: BLE001 - machine 0's store is gone: the job is over there
+            self._store = None
+            return None
+
+    def _share(
+        self, reason: str, reports: dict[int, Any], exits: dict[int, int | None], asked_elsewhere: bool
+    ) -> None:
+        """Publish this machine's reports in the store and add the other machines' to `reports`."""
+        store, base = self._store, self._store_key
+        try:
+            if not asked_elsewhere and not store.check([f"{base}/asked"]):
+                store.set(f"{base}/asked", reason)
+            for rank in list(reports):
+                store.set(f"{base}/rank{rank}", json.dumps({"report": reports[rank], "exit": exits[rank]}))
+            deadline = time.monotonic() + _REMOTE_WAIT
+            pending = set(self._remote)
+            while pending and time.monotonic() < deadline:
+                for rank in sorted(pending):
+                    key = f"{base}/rank{rank}"
+                    if store.check([key]):
+                        entry = json.loads(store.get(key))
+                        reports[rank], exits[rank] = entry.get("report"), entry.get("exit")
+                        pending.discard(rank)
+                time.sleep(0.05)
+        except Exception as error:  # noqa: BLE001 - the other machines' reports are a bonus
+            self._say(f"could not share reports with the other machines: {type(error).__name__}: {error}")
+        for rank in self._remote:
+            reports.setdefault(rank, None)
+            exits.setdefault(rank, None)
 
     def _stalled(self, workers: Mapping[int, Any]) -> bool:
         """Return True when no heartbeat changed for hang_timeout seconds (read at most once a second)."""
@@ -143,8 +217,15 @@ class Supervisor:
                 self._last_progress = now
         return now - self._last_progress > self.hang_timeout
 
-    def diagnose(self, workers: Mapping[int, Any], handlers: Mapping[int, Any], reason: str) -> None:
-        """Ask the live ranks for their reports, then print and write one diagnosis."""
+    def diagnose(
+        self,
+        workers: Mapping[int, Any],
+        handlers: Mapping[int, Any],
+        reason: str,
+        asked_elsewhere: bool = False,
+    ) -> None:
+        """Ask the live ranks for their reports, then print and write one diagnosis (of every machine's
+        ranks on a job of several; `asked_elsewhere`: another machine's launcher asked for it)."""
         asked_at = time.time()
         started = min(
             (
@@ -156,9 +237,7 @@ class Supervisor:
         )
         waiting: dict[int, Any] = {}
         for rank, worker in workers.items():
-            if handlers[worker.local_rank].proc.poll() is not None or not _ready(
-                self.folder, rank, worker.id
-            ):
+            if handlers[worker.local_rank]() is not None or not _ready(self.folder, rank, worker.id):
                 continue
             report = read_report(report_path(self.folder, rank))
             if report is not None and report.get("error") and report.get("time", 0) >= started:
@@ -171,17 +250,26 @@ class Supervisor:
             for rank, worker in list(waiting.items()):
                 report = read_report(report_path(self.folder, rank))
                 fresh = report is not None and report.get("time", 0) >= asked_at
-                if fresh or handlers[worker.local_rank].proc.poll() is not None:
+                if fresh or handlers[worker.local_rank]() is not None:
                     del waiting[rank]
             time.sleep(0.05)
         reports = {rank: read_report(report_path(self.folder, rank)) for rank in workers}
-        exits = {rank: handlers[worker.local_rank].proc.poll() for rank, worker in workers.items()}
+        exits = {rank: handlers[worker.local_rank]() for rank, worker in workers.items()}
+        elsewhere: tuple[int, ...] = ()
+        if self._store is not None:
+            self._share(reason, reports, exits, asked_elsewhere)
+            elsewhere = tuple(rank for rank in self._remote if reports.get(rank) is None)
         if not any(reports.values()):
-            return  # every rank ended without a report (an ordinary error): their tracebacks say it all
-        result = diagnose(reports, exits, reason)
+            return  # every rank ended without a report: their tracebacks say it all
+        result = diagnose(reports, exits, reason, elsewhere)
         path = self._write(result.data)
-        _say(result.text)
-        _say(f"the diagnosis, with every thread's stack, is in {path}")
+        self.summary = result.lines[0]
+        self._say(result.text)
+        self._say(f"the diagnosis, with every thread's stack, is in {path}")
+
+    def _say(self, message: str) -> None:
+        for line in message.splitlines():
+            print(f"{self.prefix}: {line}", file=sys.stderr, flush=True)
 
     def _write(self, data: dict[str, Any]) -> str:
         folder = self.log_dir or self.folder
@@ -197,6 +285,20 @@ class Supervisor:
                 json.dump(data, file, indent=1)
         self.written.append(path)
         return path
+
+
+def _exit_polls(pcontext: Any) -> dict[int, Callable[[], int | None]]:
+    """Return, per local rank, a function returning its worker's exit code (None: alive; -N: killed by
+    signal N), for workers started as programs (`accel launch`) or as forked functions (notebook_launcher)."""
+    handlers = getattr(pcontext, "subprocess_handlers", None)
+    if handlers:
+        return {rank: handler.proc.poll for rank, handler in handlers.items()}
+    processes = getattr(getattr(pcontext, "_pc", None), "processes", None)
+    if processes:
+        return {
+            rank: functools.partial(getattr, process, "exitcode") for rank, process in enumerate(processes)
+        }
+    return {}
 
 
 def _descendants(pid: int) -> list[int]:
@@ -257,7 +359,7 @@ def supervising(supervisor: Supervisor) -> Iterator[None]:
             try:
                 supervisor.check(self, worker_group)
             except Exception as error:  # noqa: BLE001 - a diagnosis must never break the job's own teardown
-                _say(f"the diagnosis failed: {type(error).__name__}: {error}")
+                supervisor._say(f"the diagnosis failed: {type(error).__name__}: {error}")
             return super()._monitor_workers(worker_group)
 
     api.LocalElasticAgent = SupervisedAgent  # type: ignore[misc]
@@ -265,8 +367,3 @@ def supervising(supervisor: Supervisor) -> Iterator[None]:
         yield
     finally:
         api.LocalElasticAgent = base  # type: ignore[misc]
-
-
-def _say(message: str) -> None:
-    for line in message.splitlines():
-        print(f"{PREFIX}: {line}", file=sys.stderr, flush=True)

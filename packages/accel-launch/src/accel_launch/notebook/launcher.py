@@ -3,6 +3,8 @@
 The workers are forked (they see the notebook's functions without pickling them) and watched by
 torch's elastic agent, on a static rendezvous at 127.0.0.1 and a free port (its store listening on
 loopback only when `master_addr` is a loopback address, the default). Each worker dies with this process.
+The agent is the one `accel launch` runs (accel_launch.launch.supervisor): when a rank fails, the
+live ranks are asked where they are first, and the diagnosis is printed and named by the error.
 
 This module imports torch; `accel_launch` loads it only when one of its names is first used.
 """
@@ -191,6 +193,7 @@ def _launch(
     monitor_interval: float,
 ) -> list[Any]:
     from accel_launch.launch.runner import quiet_agent_logs
+    from accel_launch.launch.supervisor import Supervisor, supervising
 
     quiet_agent_logs()
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -213,19 +216,25 @@ def _launch(
         monitor_interval=monitor_interval,
         start_method="fork",
     )
+    worker_env = dict(env)
+    supervisor = Supervisor.for_job(worker_env, None)
+    supervisor.prefix = "notebook_launcher"
     try:
-        with env_vars.patched(env):
+        with env_vars.patched(worker_env), supervising(supervisor):
             results = elastic_launch(config, _tied_function(function))(*args)
     except ChildFailedError as error:
         rank, failure = min(error.failures.items())
         # The finished agent's frames hold its store, whose server thread would live on in this
         # process (and in every worker forked by the next launch) for as long as the error is kept.
         traceback.clear_frames(error.__traceback__)
+        diagnosis = f"\n{supervisor.summary}" if supervisor.summary else ""
         raise NotebookLaunchError(
             f"rank {rank} of {num_processes} failed (exit code {failure.exitcode}): "
-            f"{_first_line(failure.message)}",
+            f"{_first_line(failure.message)}{diagnosis}",
             error.failures,
         ) from error
+    finally:
+        supervisor.close()
     return [results[rank] for rank in sorted(results)]
 
 

@@ -15,7 +15,11 @@ pipe at once, whatever the main thread does). Where the wakeup fd is taken alrea
 loop set one), the Python-level handler writes the report instead, when the main thread runs again.
 
 A rank whose collective fails (timeout, lost peer) writes its report itself before raising: it
-exits next, and the launcher reads the report of a rank that is gone.
+exits next, and the launcher reads the report of a rank that is gone. So does a rank that dies of
+an uncaught exception (a `sys.excepthook`, chained to the one before it): its report's `where` is
+the innermost frame of the script in the traceback, its `error` the exception. Without a diagnosis
+folder (plain torchrun), a failed collective still prints one line naming it, its call site and the
+last collectives before the error is raised.
 
 With ACCEL_HANG_TIMEOUT set, the same thread writes `rank<R>.heartbeat` (collective_log.progress)
 when it changed, so that the launcher sees when no rank made progress.
@@ -41,10 +45,12 @@ from accel_state.process_group import collective_log
 
 REPORT_SIGNAL = signal.SIGUSR1
 _MAX_FRAMES = 60  # per thread, innermost kept
+_C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 
 _folder: str | None = None
 _rank = 0
 _answered_by_thread = False
+_reported: BaseException | None = None  # the error this rank's last report was written for
 
 
 def report_path(folder: str, rank: int) -> str:
@@ -67,7 +73,10 @@ def install(rank: int) -> None:
     `accel launch`, or when not called from the main thread)."""
     global _folder, _rank, _answered_by_thread
     folder = os.environ.get(env_vars.DIAGNOSIS_DIR)
-    if _folder is not None or not folder or threading.current_thread() is not threading.main_thread():
+    if _folder is not None or threading.current_thread() is not threading.main_thread():
+        return
+    _rank = rank  # named by the line a failed collective prints without a folder too
+    if not folder:
         return
     if not os.path.isdir(folder):
         return
@@ -86,6 +95,7 @@ def install(rank: int) -> None:
     # Python restores the default action (ending the process) of handled signals as it shuts down:
     # a rank asked for its report while it exits would die of the signal instead of its own error.
     atexit.register(signal.signal, REPORT_SIGNAL, signal.SIG_IGN)
+    sys.excepthook = _chained_excepthook(sys.excepthook)
     threading.Thread(
         target=_serve, args=(read_end, _hang_interval()), name="accel-diagnosis", daemon=True
     ).start()
@@ -120,33 +130,84 @@ def _serve(read_end: int, heartbeat_interval: float | None) -> None:
                 write_report("asked by the launcher")
 
 
-def write_report(reason: str, error: BaseException | None = None) -> None:
-    """Write this rank's report (stacks, last collectives) into the job's diagnosis folder, if any."""
+def _chained_excepthook(previous: Any) -> Any:
+    """Return a sys.excepthook that writes this rank's report for an uncaught exception, then calls
+    `previous` (which prints the traceback as before)."""
+
+    def excepthook(kind: type[BaseException], error: BaseException, tb: types.TracebackType | None) -> None:
+        if not _already_reported(error):
+            write_report("it raised an uncaught exception", error, tb)
+        previous(kind, error, tb)
+
+    return excepthook
+
+
+def _already_reported(error: BaseException) -> bool:
+    """Return True when the report on disk was written for `error` or an error it wraps (a failed
+    collective's report, written inside the collective, says more than one written after it)."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if seen is _reported:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def write_report(
+    reason: str, error: BaseException | None = None, tb: types.TracebackType | None = None
+) -> None:
+    """Write this rank's report (stacks, last collectives) into the job's diagnosis folder; without
+    one, print a line naming the failed collective (if any) instead. `tb`: the uncaught error's
+    traceback, which then says where the rank is."""
+    global _reported
+    _reported = error
     if _folder is None:
+        if error is not None:
+            _print_failed_collective()
         return
     try:
-        _write_atomically(report_path(_folder, _rank), json.dumps(build_report(reason, error), indent=1))
+        report = build_report(reason, error, tb)
+        _write_atomically(report_path(_folder, _rank), json.dumps(report, indent=1))
     except Exception:  # noqa: BLE001 - a report must never be the reason a rank fails
         pass
 
 
-def build_report(reason: str, error: BaseException | None = None) -> dict[str, Any]:
-    """Return this rank's report: where each thread is, the collective in flight and the last ones."""
+def _print_failed_collective() -> None:
+    """Print e.g. "accel: rank 0 failed in wait_for_everyone #2 at train.py:12; last collectives: ..."."""
+    current = collective_log.current()
+    if current is None:
+        return
+    done = [entry.label() for entry in collective_log.entries() if entry is not current][-3:]
+    last = f"; last collectives: {', '.join(done)}" if done else "; no collective done before it"
+    print(f"accel: rank {_rank} failed in {current.label()}{last}", file=sys.stderr, flush=True)
+
+
+def build_report(
+    reason: str, error: BaseException | None = None, tb: types.TracebackType | None = None
+) -> dict[str, Any]:
+    """Return this rank's report: where each thread is, the collective in flight and the last ones
+    (where the main thread is, from `tb` when given: the traceback of the error it dies of)."""
     frames = sys._current_frames()
     me = threading.get_ident()
     main = threading.main_thread().ident
     names = {thread.ident: thread.name for thread in threading.enumerate()}
-    threads = []
+    threads: list[dict[str, Any]] = []
     for ident, frame in frames.items():
         if ident == me and ident != main:
             continue  # this thread, writing the report
-        threads.append(
-            {"name": names.get(ident, f"thread {ident}"), "main": ident == main, "frames": _stack(frame)}
-        )
+        stack = _traceback_stack(tb) if tb is not None and ident == main else _stack(frame)
+        threads.append({"name": names.get(ident, f"thread {ident}"), "main": ident == main, "frames": stack})
     threads.sort(key=lambda thread: not thread["main"])
-    main_frame = frames.get(main) if main is not None else None
-    where = collective_log.user_frame(main_frame)
+    if tb is not None:
+        where = _traceback_where(tb)
+    else:
+        main_frame = frames.get(main) if main is not None else None
+        found = collective_log.user_frame(main_frame)
+        where = None if found is None else _frame_dict(found)
     current = collective_log.current()
+    main_stack = threads[0]["frames"] if threads and threads[0]["main"] else []
     return {
         "rank": _rank,
         "pid": os.getpid(),
@@ -157,17 +218,47 @@ def build_report(reason: str, error: BaseException | None = None) -> dict[str, A
         "sequence": collective_log.sequence(),
         "current": None if current is None else current.as_dict(),
         "collectives": [entry.as_dict() for entry in collective_log.entries()],
-        "where": None if where is None else _frame_dict(where),
+        "where": where,
+        "torch_collective": _torch_collective(main_stack),
         "threads": threads,
     }
 
 
-def _frame_dict(frame: types.FrameType) -> dict[str, Any]:
+def _torch_collective(stack: list[dict[str, Any]]) -> str | None:
+    """Return the torch.distributed function the main thread is in (or raised from), e.g. inside FSDP's
+    parameter all-gather, which is none of accel's collectives; None if it is in none."""
+    for frame in reversed(stack):
+        if frame["file"].endswith(_C10D_FILE) and frame["function"] != "wrapper":
+            return str(frame["function"])
+    return None
+
+
+def _traceback_where(tb: types.TracebackType | None) -> dict[str, Any] | None:
+    """Return the innermost frame of the script (outside accel, torch and the standard library) in `tb`."""
+    where = None
+    while tb is not None:
+        if not collective_log.is_ours(tb.tb_frame):
+            where = _frame_dict(tb.tb_frame, tb.tb_lineno)
+        tb = tb.tb_next
+    return where
+
+
+def _traceback_stack(tb: types.TracebackType | None) -> list[dict[str, Any]]:
+    """Return the frames of `tb`, outermost first, innermost kept."""
+    stack: list[dict[str, Any]] = []
+    while tb is not None:
+        stack.append(_frame_dict(tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return stack[-_MAX_FRAMES:]
+
+
+def _frame_dict(frame: types.FrameType, lineno: int | None = None) -> dict[str, Any]:
     code = frame.f_code
-    summary = traceback.FrameSummary(code.co_filename, frame.f_lineno, code.co_name)
+    line = frame.f_lineno if lineno is None else lineno
+    summary = traceback.FrameSummary(code.co_filename, line, code.co_name)
     return {
         "file": code.co_filename,
-        "line": frame.f_lineno,
+        "line": line,
         "function": code.co_name,
         "code": summary.line or "",
     }
