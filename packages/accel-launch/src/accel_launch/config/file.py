@@ -56,17 +56,24 @@ def read_config(location: ConfigLocation) -> dict[str, Any] | None:
     the wrong type.
     """
     path = location.path
-    if not path.exists():
-        if location.explicit:
-            raise ConfigError(f"{path}: config file not found")
+    if not path.exists() and not location.explicit:
         return None
+    return check_file_values(read_config_data(path), str(path))
+
+
+def read_config_data(path: Path) -> Any:
+    """Return what a config file holds as written, unchecked against the schema (YAML, or JSON by
+    its suffix); raise ConfigError naming the file for a missing or unreadable file, invalid
+    YAML/JSON or a key given twice."""
+    if not path.exists():
+        raise ConfigError(f"{path}: config file not found")
     if not path.is_file():
         raise ConfigError(f"{path}: config file is not a file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read the config file ({error})") from None
-    return check_file_values(_parse(text, path), str(path))
+    return _parse(text, path)
 
 
 class _DuplicateKey(Exception):

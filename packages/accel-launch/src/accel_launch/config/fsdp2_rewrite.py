@@ -12,13 +12,12 @@ anything is written, so a file this writes is one `accel launch --config_file` a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel_launch.config.file import write_config
+from accel_launch.config.file import read_config_data, write_config
 from accel_launch.config.schema import ConfigError, check_file_values
 from accel_state.backends.fsdp.fsdp1_options import (
     MESH_SHAPING,
@@ -115,15 +114,7 @@ def _word(value: Any) -> str:
 def read_raw_config(path: Path) -> dict[str, Any]:
     """Return a config file's keys and values as written (the schema's reader drops the keys it passes
     over, which this rewrite must see to say that it drops them); raise ConfigError naming the file."""
-    if not path.exists():
-        raise ConfigError(f"{path}: config file not found")
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file is not a file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read the config file ({error})") from None
-    data = _parse(path, text)
+    data = read_config_data(path)
     if data is None:
         raise ConfigError(f"{path}: the config file is empty")
     if not isinstance(data, dict):
@@ -131,23 +122,6 @@ def read_raw_config(path: Path) -> dict[str, Any]:
             f"{path}: the file must hold a mapping of keys to values, got {type(data).__name__}"
         )
     return data
-
-
-def _parse(path: Path, text: str) -> Any:
-    if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{path}: invalid JSON at line {error.lineno}: {error.msg}") from None
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
 
 
 def output_path(config_file: Path, output_file: str | None, overwrite: bool) -> Path:
