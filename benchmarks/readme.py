@@ -20,7 +20,11 @@ engine's venv, `nox -s "bench_engines(backend='xla')"`. Every figure measures ra
 zero-overhead limit), accel and, where it imports, Hugging Face Accelerate side by side in one run,
 the contenders interleaved round by round. A cell is the median of the rounds; ± is half their
 range, in % of the median. Ratios are taken within each round, then their median is shown. Only
-ratios are claims: absolute numbers are this machine's."""
+ratios are claims: absolute numbers are this machine's. On one CUDA machine,
+`bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their folders, nothing
+fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16 against the loop by
+hand, the device and process group, DDP vs FSDP2 memory and the GPU head-to-head, into
+`results/gpu_check/`; `--dry-run` runs the same steps on a CPU in under a minute."""
 QUICK = "a quick run (1 round of tiny inputs: a smoke test, not a measurement)"
 
 

@@ -1,6 +1,7 @@
 """A GPU block job: a transformer block trained in fp32, bf16 or fp16 on one CUDA device, by hand
 (autocast, and a GradScaler for fp16) or through accel or Accelerate (`mixed_precision=`); each
-block answers its steps/s and `torch.cuda.max_memory_allocated` so far.
+block answers its steps/s and `torch.cuda.max_memory_allocated` so far. Its model and inputs are also
+those of the GPU check's precision step (`benchmarks/workers/gpu_check_job.py`).
 
     python gpu_precision.py --contender raw|accel|accelerate --precision no|bf16|fp16 [--steps N]
         --connect HOST:PORT --job NAME
@@ -19,15 +20,22 @@ WIDTH, TOKENS = 4096, 8192
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def block_model(width: int) -> torch.nn.Module:
+def block_model(width: int, device: str = "cuda") -> torch.nn.Module:
     layer = torch.nn.TransformerEncoderLayer(
         width, max(1, width // 128), dim_feedforward=4 * width, batch_first=True
     )
-    return layer.cuda()
+    return layer.to(device)
 
 
-def inputs(width: int, tokens: int) -> torch.Tensor:
-    return torch.randn(max(1, tokens // 512), min(tokens, 512), width, device="cuda")
+def inputs(
+    width: int, tokens: int, device: str = "cuda", generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Return `tokens` tokens of `width` in sequences of up to 512 (drawn on the CPU from `generator`
+    when one is given, so that every device sees the same numbers)."""
+    shape = (max(1, tokens // 512), min(tokens, 512), width)
+    if generator is None:
+        return torch.randn(*shape, device=device)
+    return torch.randn(*shape, generator=generator).to(device)
 
 
 def raw_step(args: argparse.Namespace) -> Callable[[], None]:
