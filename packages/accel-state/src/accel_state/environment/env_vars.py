@@ -71,6 +71,8 @@ CHECK_COLLECTIVES = "ACCEL_CHECK_COLLECTIVES"
 # Set by the user: the level (DEBUG, INFO, WARNING, ERROR, CRITICAL) of the loggers that
 # `accel.logging.get_logger` returns when it is given none.
 LOG_LEVEL = "ACCEL_LOG_LEVEL"
+# Set by the user: "0" turns off the progress bar a long save_state/load_state shows on a terminal.
+PROGRESS = "ACCEL_PROGRESS"
 # Set by `accel launch` so that a script can tell it was started by us.
 LAUNCHED = "ACCEL_LAUNCHED"
 # Set by `accel launch`: the per-job folder where each rank writes its diagnosis report (its stacks and

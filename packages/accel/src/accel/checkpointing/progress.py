@@ -12,12 +12,14 @@ import sys
 import threading
 from typing import Any
 
+from accel_state.environment import env_vars
+
 DELAY_SECONDS = 2.0
 
 
 def _watched() -> bool:
     """True when a person can see standard error and has not turned bars off."""
-    if os.environ.get("ACCEL_PROGRESS", "").strip().lower() in {"0", "false", "no", "off"}:
+    if os.environ.get(env_vars.PROGRESS, "").strip().lower() in {"0", "false", "no", "off"}:
         return False
     stream = sys.stderr
     return stream is not None and callable(getattr(stream, "isatty", None)) and stream.isatty()
