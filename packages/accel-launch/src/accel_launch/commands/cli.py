@@ -53,7 +53,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "merge-weights": LazyCommand(
         "accel_launch.commands.merge_weights_command",
         "merge_weights_command",
-        "Merge a sharded FSDP checkpoint (SHARDED_STATE_DICT) into one set of weights: model.safetensors.",
+        "Merge a sharded checkpoint (SHARDED_STATE_DICT) into one set of weights: model.safetensors.",
     ),
     "plot": LazyCommand(
         "accel_launch.commands.plot_command",
@@ -66,12 +66,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "Run the diagnostic checks (the umbrella's, registered as a test script) on the configured "
         "setup; exit 0 if all pass.",
     ),
-    "to-fsdp2": LazyCommand(
-        "accel_launch.commands.to_fsdp2_command",
-        "to_fsdp2_command",
-        "Rewrite a config file's FSDP1 fsdp_config section with FSDP2's keys (fsdp_version 2).",
-    ),
 }
+# Commands an installed package registers (`[project.entry-points."accel.commands"]`, `name =
+# "module:attribute"`): listed beside COMMANDS, imported when run or when `accel --help` lists them.
+REGISTERED_GROUP = "accel.commands"
 
 # Names this module exported when it held the commands, and the module each lives in now.
 _HOMES = {
@@ -94,17 +92,18 @@ class LazyGroup(click.Group):
     """A click group whose COMMANDS are imported when run or asked for their own help, not listed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*COMMANDS, *self.commands})
+        return sorted({*COMMANDS, *registered_commands(), *self.commands})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands:
             return self.commands[cmd_name]
         lazy = COMMANDS.get(cmd_name)
-        if lazy is None:
+        where = (lazy.module, lazy.attribute) if lazy is not None else registered_commands().get(cmd_name)
+        if where is None:
             return None
-        command = getattr(importlib.import_module(lazy.module), lazy.attribute)
+        command = getattr(importlib.import_module(where[0]), where[1])
         if not isinstance(command, click.Command):
-            raise TypeError(f"{lazy.module}.{lazy.attribute} is not a click command (accel {cmd_name})")
+            raise TypeError(f"{where[0]}.{where[1]} is not a click command (accel {cmd_name})")
         self.add_command(command, cmd_name)
         return command
 
@@ -112,7 +111,12 @@ class LazyGroup(click.Group):
         """Write the Commands section as click's Group does, from the summaries of commands not loaded."""
         commands = []
         for name in self.list_commands(ctx):
-            command = self.commands.get(name) or click.Command(name, help=COMMANDS[name].summary)
+            lazy = COMMANDS.get(name)
+            command = self.commands.get(name)
+            if command is None:
+                command = click.Command(name, help=lazy.summary) if lazy else self.get_command(ctx, name)
+            if command is None:
+                continue
             if not command.hidden:
                 commands.append((name, command))
         if commands:
@@ -120,6 +124,17 @@ class LazyGroup(click.Group):
             rows = [(name, command.get_short_help_str(limit)) for name, command in commands]
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
+
+
+def registered_commands() -> dict[str, tuple[str, str]]:
+    """Return {name: (module, attribute)} of the commands installed packages register (REGISTERED_GROUP)."""
+    from accel_state.seam.entry_points import entry_points
+
+    found: dict[str, tuple[str, str]] = {}
+    for entry in entry_points(REGISTERED_GROUP):
+        if entry.attribute and entry.name not in COMMANDS:
+            found.setdefault(entry.name, (entry.module, entry.attribute))
+    return found
 
 
 @click.group(cls=LazyGroup, context_settings=CONTEXT)

@@ -1,4 +1,4 @@
-"""`accel merge-weights`: a model's sharded FSDP checkpoint into one safetensors file (or shards).
+"""`accel merge-weights`: a model's sharded checkpoint into one safetensors file (or shards).
 
 Accelerate's `accelerate merge-weights`, for the checkpoints `save_state` writes with
 SHARDED_STATE_DICT; torch and safetensors are imported only when the command runs."""
@@ -50,10 +50,10 @@ def merge_weights_command(
     max_shard_size: str,
     overwrite: bool,
 ) -> None:
-    """Merge a sharded FSDP checkpoint (SHARDED_STATE_DICT) into one set of weights: model.safetensors.
+    """Merge a sharded checkpoint (SHARDED_STATE_DICT) into one set of weights: model.safetensors.
 
-    CHECKPOINT_DIRECTORY is a model's torch.distributed.checkpoint folder (pytorch_model_fsdp, or
-    Accelerate's pytorch_model_fsdp_0) or the save_state folder holding it; a save_state folder of
+    CHECKPOINT_DIRECTORY is a model's torch.distributed.checkpoint folder (as save_state writes it
+    for a sharded model, or Accelerate's) or the save_state folder holding it; a save_state folder of
     several models is refused, name the model's folder instead. OUTPUT_PATH is the folder written
     into: model.safetensors, or model-0000i-of-0000N.safetensors and model.safetensors.index.json
     above --max_shard_size. The whole model is read into memory on the CPU; every written file is

@@ -99,6 +99,7 @@ CHECKS: dict[str, Callable[[str], str | None]] = {
     env_vars.PARALLELISM_TP_SIZE: _integer_at_least(1),
     env_vars.PARALLELISM_CP_SIZE: _integer_at_least(1),
     env_vars.CHECK_COLLECTIVES: _boolean,
+    env_vars.PROGRESS: _boolean,
     env_vars.LOG_LEVEL: _one_of(LOG_LEVEL_CHOICES),
     env_vars.LAUNCHED: _anything,  # the launcher sets it to 1 whatever it was
     env_vars.CONFIG_FILE: _anything,  # read by the launcher, whose config errors name it

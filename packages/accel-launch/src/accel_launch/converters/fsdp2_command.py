@@ -1,6 +1,6 @@
 """`accel to-fsdp2`: a config file's FSDP1 `fsdp_config:` section rewritten with FSDP2's keys.
 
-Accelerate's `accelerate to-fsdp2`; the rewrite lives beside the config code (config/fsdp2_rewrite.py)."""
+Accelerate's `accelerate to-fsdp2`; the rewrite itself is `fsdp2_config`."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def to_fsdp2_command(config_file: str, output_file: str | None, overwrite: bool)
     behaves so whatever they say); the other keys and the rest of the file are kept. Each change is
     printed. The result is checked as `accel launch --config_file` reads it before it is written.
     """
-    from accel_launch.config.fsdp2_rewrite import convert_config_file
     from accel_launch.config.schema import ConfigError
+    from accel_launch.converters.fsdp2_config import convert_config_file
 
     try:
         target, rewrite = convert_config_file(config_file, output_file, overwrite)

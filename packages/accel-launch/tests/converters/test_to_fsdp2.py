@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from accel_launch.commands.cli import accel
 from accel_launch.config.file import ConfigLocation, read_config
-from accel_launch.config.fsdp2_rewrite import rewrite_to_fsdp2
 from accel_launch.config.schema import ConfigError
+from accel_launch.converters.fsdp2_config import rewrite_to_fsdp2
 
 # What Accelerate's `accelerate config` wrote for an FSDP1 job.
 FSDP1_FILE = """\
