@@ -1,8 +1,8 @@
 """The test matrix: one session per package (its own venv, only its declared dependencies),
 an integration session that launches real multi-process jobs, lint, the example job, the install
 commands of the docs (checked in `install_docs`, run in fresh venvs by `install_lines`), one
-session per engine (`engines`, from the ENGINES table) and the benchmarks (`bench`, and
-`bench_engines` for the figures that need an engine's venv).
+session per engine (`engines`, from the ENGINES table), the trackers against their real libraries
+(`trackers`) and the benchmarks (`bench`, and `bench_engines` for the figures that need an engine's venv).
 
 Every install goes through constraints.txt (torch==2.13.0, the CPU build; an engine's table row
 may name its own) and installs our packages from their folders, never from an index.
@@ -28,6 +28,25 @@ DEEPSPEED = "deepspeed==0.19.8"
 EXAMPLE_REQUIREMENTS = ("transformers==5.24.0", "tqdm")
 EXAMPLE_TESTS = ROOT / "examples" / "tests"
 INTEGRATION_TESTS = ROOT / "integration-tests"
+
+# The tracking libraries `trackers` runs our trackers against, offline, at the versions it was checked with.
+TRACKER_LIBRARIES = (
+    "wandb==0.31.0",
+    # MLflow's client and its SQLite store: the full `mlflow` adds its server and UI, not needed here.
+    "mlflow-skinny==3.18.0",
+    "sqlalchemy==2.1.9",
+    "alembic==1.20.1",
+    "aim==3.29.1",
+    "comet_ml==3.58.8",
+    "clearml==2.1.12",
+    "dvclive==3.49.1",
+    "swanlab==0.10.3",
+    "trackio==0.43.0",
+    # What the tests log as images.
+    "numpy==2.4.6",
+    "pillow==12.3.0",  # trackio 0.43.0 takes pillow<13
+)
+TRACKER_TESTS = INTEGRATION_TESTS / "trackers"
 
 
 @dataclass(frozen=True)
@@ -98,9 +117,9 @@ ADAPTERS = [engine.adapter for engine in ENGINES.values()]
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
 MYPY = "mypy==2.4.1"
 
-# `nox` alone: the main matrix (under 45 minutes on 2 cores). The engines' sessions (DeepSpeed and
-# PyTorch/XLA, each installing its engine: about 15 minutes) are the second call, `nox -s engines`;
-# the README names both and .ci/run runs both.
+# `nox` alone: the main matrix (about 50 minutes on 2 cores). The engines' sessions (DeepSpeed and
+# PyTorch/XLA, each installing its engine: about 15 minutes) and the trackers (about 4) are the
+# second call, `nox -s engines trackers`; the README names both and .ci/run runs both.
 nox.options.sessions = [
     "lint",
     "typecheck",
@@ -261,8 +280,11 @@ def integration(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         str(INTEGRATION_TESTS),
-        # The engines' jobs run in their own sessions, where the engines are installed.
+        # The engines' jobs run in their own sessions, where the engines are installed; so do the
+        # tracking libraries' tests (`trackers`).
         *_ignored_engine_tests(INTEGRATION_TESTS),
+        "--ignore",
+        str(TRACKER_TESTS),
         *session.posargs,
         env=TEST_ENV,
     )
@@ -301,6 +323,22 @@ def engines(session: nox.Session, backend: str) -> None:
     session.run("pip", "check")
     tests = (str(path) for path in ENGINES[backend].tests)
     session.run("pytest", "-q", "-p", "no:cacheprovider", *tests, *session.posargs, env={**TEST_ENV, **env})
+
+
+@nox.session
+def trackers(session: nox.Session) -> None:
+    """Every library tracker against its real library, offline (integration-tests/trackers): W&B,
+    MLflow (SQLite store), Aim, Comet, ClearML, DVCLive, SwanLab and Trackio each log a run that
+    the library's own reader must give back; MLflow also on 2 launched ranks. About 4 minutes on
+    2 cores, most of it installing.
+
+    Not in the default sessions: CI runs it in its second call, beside `engines`. No test reaches
+    the network (offline modes, and a socket guard that refuses anything not local). Every tracker
+    of Accelerate's `LoggerType` is covered; none had to be left out.
+    """
+    install_packages(session, *PACKAGES, extra="test", beside=TRACKER_LIBRARIES)
+    session.run("pip", "check")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(TRACKER_TESTS), *session.posargs, env=TEST_ENV)
 
 
 # The docs' tools, pinned like the checkers: a new release that warns differently must not turn main red.

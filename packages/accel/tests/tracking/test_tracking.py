@@ -141,6 +141,8 @@ def test_a_file_writing_tracker_needs_a_logging_directory():
         ("mlflow", "mlflow"),
         ("clearml", "clearml"),
         ("dvclive", "dvclive"),
+        ("swanlab", "swanlab"),
+        ("trackio", "trackio"),
     ],
 )
 def test_a_tracker_whose_package_is_missing_names_the_package(name, package, tmp_path, monkeypatch):
@@ -267,13 +269,17 @@ def test_library_trackers_start_log_and_finish_through_the_librarys_run(monkeypa
 def test_which_trackers_are_installed_is_what_the_utils_probes_say(tmp_path, monkeypatch):
     import accel.utils
 
+    try:
+        importlib.metadata.distribution("wandb")
+        pytest.skip("wandb is installed")
+    except importlib.metadata.PackageNotFoundError:
+        pass
     # A folder named like a tracking library, on the path but not installed: no tracker, no probe.
     (tmp_path / "wandb").mkdir()
     (tmp_path / "wandb" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     importlib.invalidate_caches()
-    if importlib.util.find_spec("wandb").origin != str(tmp_path / "wandb" / "__init__.py"):
-        pytest.skip("wandb is installed")
+    assert importlib.util.find_spec("wandb").origin == str(tmp_path / "wandb" / "__init__.py")
     assert accel.utils.is_wandb_available() is False
     with pytest.raises(TrackerNotInstalledError, match="needs the wandb package"):
         Accelerator(log_with="wandb")
@@ -285,6 +291,8 @@ def test_which_trackers_are_installed_is_what_the_utils_probes_say(tmp_path, mon
         "mlflow": accel.utils.is_mlflow_available,
         "clearml": accel.utils.is_clearml_available,
         "dvclive": accel.utils.is_dvclive_available,
+        "swanlab": accel.utils.is_swanlab_available,
+        "trackio": accel.utils.is_trackio_available,
     }
     expected = ["jsonl", *(name for name, probe in probes.items() if probe())]
     assert sorted(tracking.get_available_trackers()) == sorted(expected)

@@ -1,12 +1,15 @@
 """Thin trackers over third-party tracking libraries; each imports its library when built.
 
 The names and arguments follow Accelerate's trackers, so `init_kwargs={"wandb": {...}}` carries over.
+Each is checked against its real library, offline, by `nox -s trackers` (integration-tests/trackers).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import warnings
 from typing import Any
 
 from accel.tracking.base import GeneralTracker, on_main_process
@@ -17,8 +20,19 @@ def _library(name: str) -> Any:
     return importlib.import_module(name)
 
 
-def _numbers(values: dict[str, Any]) -> dict[str, float]:
-    return {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers(values: dict[str, Any], tracker: str) -> dict[str, float]:
+    """Return the numbers of `values`, warning about the rest (the library takes only numbers)."""
+    dropped = [key for key, value in values.items() if not _is_number(value)]
+    if dropped:
+        warnings.warn(
+            f"{tracker} tracker: {', '.join(map(repr, dropped))} not logged: it takes numbers only",
+            stacklevel=3,
+        )
+    return {k: v for k, v in values.items() if _is_number(v)}
 
 
 class _LibraryRun(GeneralTracker):
@@ -58,12 +72,90 @@ class WandBTracker(_LibraryRun):
         self.run.log(values, step=step, **kwargs)
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Log each list of images (numpy arrays or PIL images) of `values` under its key at `step`."""
+        wandb = _library("wandb")
+        for key, images in values.items():
+            self.log({key: [wandb.Image(image) for image in images]}, step=step, **kwargs)
+
+    @on_main_process
+    def log_table(
+        self,
+        table_name: str,
+        columns: list[str] | None = None,
+        data: list[list[Any]] | None = None,
+        dataframe: Any = None,
+        step: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Log a `wandb.Table` made of `columns` and `data`, or of `dataframe`, at `step`."""
+        wandb = _library("wandb")
+        table = wandb.Table(columns=columns, data=data, dataframe=dataframe)
+        self.log({table_name: table}, step=step, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class TrackioTracker(_LibraryRun):
+    """Logs to a Trackio run (project = the `init_trackers` project name), stored locally unless
+    `init_kwargs` name a Space."""
+
+    name = "trackio"
+    requires_logging_directory = False
+
+    @on_main_process
+    def start(self) -> None:
+        self.run = _library("trackio").init(project=self.run_name, **self.init_kwargs)
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        # The run's config is a plain dict, stored with every logged row.
+        self.run.config.update(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.run.log(values, step=step, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class SwanLabTracker(_LibraryRun):
+    """Logs to a SwanLab run (project = the `init_trackers` project name)."""
+
+    name = "swanlab"
+    requires_logging_directory = False
+
+    @on_main_process
+    def start(self) -> None:
+        self.run = _library("swanlab").init(project=self.run_name, **self.init_kwargs)
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.run.config.update(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.run.log(values, step=step, **kwargs)
+
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Log each list of images (numpy arrays or PIL images) of `values` under its key at `step`."""
+        swanlab = _library("swanlab")
+        for key, images in values.items():
+            self.log({key: [swanlab.Image(image) for image in images]}, step=step, **kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         self.run.finish()
 
 
 class CometMLTracker(_LibraryRun):
-    """Logs to a Comet experiment (project = the `init_trackers` project name)."""
+    """Logs to a Comet experiment (project = the `init_trackers` project name); `init_kwargs` go to
+    `comet_ml.start` (`online=False` keeps an offline archive)."""
 
     name = "comet_ml"
     requires_logging_directory = False
@@ -120,30 +212,75 @@ class AimTracker(_LibraryRun):
             self.run.track(value, name=key, step=step, **kwargs)
 
     @on_main_process
+    def log_images(
+        self, values: dict[str, Any], step: int | None = None, kwargs: dict[str, dict[str, Any]] | None = None
+    ) -> None:
+        """Log each image (numpy array or PIL image, or an `(image, caption)` pair) of `values` at
+        `step`; `kwargs["aim_image"]` goes to `aim.Image`, `kwargs["track"]` to `Run.track`."""
+        aim = _library("aim")
+        image_kwargs = (kwargs or {}).get("aim_image", {})
+        track_kwargs = (kwargs or {}).get("track", {})
+        for key, value in values.items():
+            image, caption = value if isinstance(value, tuple) else (value, "")
+            aim_image = aim.Image(image, caption=caption, **image_kwargs)
+            self.run.track(aim_image, name=key, step=step, **track_kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         self.run.close()
 
 
 class MLflowTracker(GeneralTracker):
-    """Logs to an MLflow run of the experiment named after the project."""
+    """Logs to an MLflow run of the experiment named after the project (Accelerate's arguments;
+    `MLFLOW_EXPERIMENT_NAME`, `MLFLOW_RUN_ID`, `MLFLOW_TAGS` and `MLFLOW_NESTED_RUN` take precedence).
+    A new experiment keeps its artifacts under `logging_dir` when one is given."""
 
     name = "mlflow"
     requires_logging_directory = False
 
     @on_main_process
     def __init__(
-        self, experiment_name: str | None = None, logging_dir: str | None = None, **kwargs: Any
+        self,
+        experiment_name: str | None = None,
+        logging_dir: str | os.PathLike[str] | None = None,
+        run_id: str | None = None,
+        tags: dict[str, Any] | str | None = None,
+        nested_run: bool | str | None = False,
+        run_name: str | None = None,
+        description: str | None = None,
     ) -> None:
         super().__init__()
+        tags = os.environ.get("MLFLOW_TAGS", tags)
         self.experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", experiment_name)
-        self.logging_dir = logging_dir
-        self.run_kwargs = kwargs
+        self.logging_dir = None if logging_dir is None else str(logging_dir)
+        self.run_id = os.environ.get("MLFLOW_RUN_ID", run_id)
+        self.tags = json.loads(tags) if isinstance(tags, str) else tags
+        nested = os.environ.get("MLFLOW_NESTED_RUN", nested_run)
+        self.nested_run = nested.lower() in ("1", "true", "yes") if isinstance(nested, str) else bool(nested)
+        self.run_name = run_name
+        self.description = description
+        self.active_run: Any = None
 
     @on_main_process
     def start(self) -> None:
         mlflow = _library("mlflow")
-        experiment = mlflow.set_experiment(self.experiment_name)
-        self.active_run = mlflow.start_run(experiment_id=experiment.experiment_id, **self.run_kwargs)
+        found = mlflow.get_experiment_by_name(self.experiment_name) if self.experiment_name else None
+        if found is not None:
+            experiment_id = found.experiment_id
+        elif self.experiment_name:
+            experiment_id = mlflow.create_experiment(
+                self.experiment_name, artifact_location=self.logging_dir, tags=self.tags
+            )
+        else:
+            experiment_id = None  # MLflow's default experiment
+        self.active_run = mlflow.start_run(
+            run_id=self.run_id,
+            experiment_id=experiment_id,
+            run_name=self.run_name,
+            nested=self.nested_run,
+            tags=self.tags,
+            description=self.description,
+        )
 
     @property
     def tracker(self) -> Any:
@@ -152,22 +289,50 @@ class MLflowTracker(GeneralTracker):
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         mlflow = _library("mlflow")
-        # MLflow refuses parameter values longer than its limit (500 characters in recent versions).
-        mlflow.log_params({k: str(v)[:500] for k, v in values.items()})
+        validation = importlib.import_module("mlflow.utils.validation")
+        longest, per_batch = validation.MAX_PARAM_VAL_LENGTH, validation.MAX_PARAMS_TAGS_PER_BATCH
+        too_long = [key for key, value in values.items() if len(str(value)) > longest]
+        if too_long:
+            warnings.warn(
+                f"mlflow tracker: parameter(s) {', '.join(map(repr, too_long))} not logged: MLflow "
+                f"takes values of at most {longest} characters",
+                stacklevel=2,
+            )
+        params = [(key, value) for key, value in values.items() if key not in too_long]
+        for start in range(0, len(params), per_batch):  # MLflow takes at most `per_batch` in one call
+            mlflow.log_params(dict(params[start : start + per_batch]))
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         mlflow = _library("mlflow")
-        mlflow.log_metrics(_numbers(values), step=step)
+        mlflow.log_metrics(_numbers(values, self.name), step=step)
+
+    @on_main_process
+    def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:
+        """Save a matplotlib or plotly `figure` as the run's artifact `artifact_file`."""
+        _library("mlflow").log_figure(figure=figure, artifact_file=artifact_file, **save_kwargs)
+
+    @on_main_process
+    def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
+        """Copy every file of `local_dir` into the run's artifacts (under `artifact_path`)."""
+        _library("mlflow").log_artifacts(local_dir=local_dir, artifact_path=artifact_path)
+
+    @on_main_process
+    def log_artifact(self, local_path: str, artifact_path: str | None = None) -> None:
+        """Copy the file `local_path` into the run's artifacts (under `artifact_path`)."""
+        _library("mlflow").log_artifact(local_path=local_path, artifact_path=artifact_path)
 
     @on_main_process
     def finish(self) -> None:
-        mlflow = _library("mlflow")
-        mlflow.end_run()
+        _library("mlflow").end_run()
 
 
 class ClearMLTracker(_LibraryRun):
-    """Logs to a ClearML task (the current one if the script already started one)."""
+    """Logs to a ClearML task (the current one if the script already started one).
+
+    As in Accelerate, a key `train_X`, `eval_X` or `test_X` is reported as scalar X of series
+    train, eval or test; any other key as a scalar of series train.
+    """
 
     name = "clearml"
     requires_logging_directory = False
@@ -184,6 +349,14 @@ class ClearMLTracker(_LibraryRun):
         self.init_kwargs.setdefault("task_name", os.environ.get("CLEARML_TASK", self.run_name))
         self.run = Task.init(**self.init_kwargs)
 
+    @staticmethod
+    def title_and_series(key: str) -> tuple[str, str]:
+        """Return ClearML's (title, series) of a logged key: `eval_loss` -> ("loss", "eval")."""
+        for prefix in ("eval", "test", "train"):
+            if key.startswith(prefix + "_"):
+                return key[len(prefix) + 1 :], prefix
+        return key, "train"
+
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         self.run.connect_configuration(values)
@@ -191,14 +364,41 @@ class ClearMLTracker(_LibraryRun):
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         logger = self.run.get_logger()
-        for key, value in _numbers(values).items():
+        for key, value in _numbers(values, self.name).items():
             if step is None:
                 logger.report_single_value(name=key, value=value, **kwargs)
             else:
-                title, _, series = key.partition("/")
-                logger.report_scalar(
-                    title=title, series=series or title, value=value, iteration=step, **kwargs
-                )
+                title, series = self.title_and_series(key)
+                logger.report_scalar(title=title, series=series, value=value, iteration=step, **kwargs)
+
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Report each image (numpy array or PIL image) of `values` at iteration `step`."""
+        logger = self.run.get_logger()
+        for key, image in values.items():
+            title, series = self.title_and_series(key)
+            logger.report_image(title=title, series=series, iteration=step, image=image, **kwargs)
+
+    @on_main_process
+    def log_table(
+        self,
+        table_name: str,
+        columns: list[str] | None = None,
+        data: list[list[Any]] | None = None,
+        dataframe: Any = None,
+        step: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Report a table made of `columns` and `data` (or `data` alone, its first row the header),
+        or of `dataframe`, at iteration `step`."""
+        table = dataframe
+        if table is None:
+            if data is None:
+                raise ValueError("clearml tracker: log_table needs `data` (with `columns`) or `dataframe`")
+            table = [columns, *data] if columns else data
+        title, series = self.title_and_series(table_name)
+        logger = self.run.get_logger()
+        logger.report_table(title=title, series=series, table_plot=table, iteration=step, **kwargs)
 
     @on_main_process
     def finish(self) -> None:
@@ -230,7 +430,7 @@ class DVCLiveTracker(_LibraryRun):
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         if step is not None:
             self.run.step = step
-        for key, value in _numbers(values).items():
+        for key, value in _numbers(values, self.name).items():
             self.run.log_metric(key, value, **kwargs)
         self.run.next_step()
 

@@ -21,6 +21,8 @@ from accel.tracking.adapters import (
     CometMLTracker,
     DVCLiveTracker,
     MLflowTracker,
+    SwanLabTracker,
+    TrackioTracker,
     WandBTracker,
 )
 from accel.tracking.base import GeneralTracker, TrackerError, TrackerNotInstalledError
@@ -34,10 +36,12 @@ class LoggerType(str, enum.Enum):
     AIM = "aim"
     TENSORBOARD = "tensorboard"
     WANDB = "wandb"
+    TRACKIO = "trackio"
     COMETML = "comet_ml"
     MLFLOW = "mlflow"
     CLEARML = "clearml"
     DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
     JSONL = "jsonl"
 
     def __str__(self) -> str:
@@ -64,6 +68,8 @@ _KNOWN: dict[str, _Known] = {
     "mlflow": _Known(MLflowTracker, availability.is_mlflow_available, "mlflow"),
     "clearml": _Known(ClearMLTracker, availability.is_clearml_available, "clearml"),
     "dvclive": _Known(DVCLiveTracker, availability.is_dvclive_available, "dvclive"),
+    "swanlab": _Known(SwanLabTracker, availability.is_swanlab_available, "swanlab"),
+    "trackio": _Known(TrackioTracker, availability.is_trackio_available, "trackio"),
 }
 
 
