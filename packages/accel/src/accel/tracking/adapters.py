@@ -52,24 +52,39 @@ class _LibraryRun(GeneralTracker):
         return self.run
 
 
-class WandBTracker(_LibraryRun):
-    """Logs to a Weights & Biases run (project = the `init_trackers` project name)."""
+class _InitRun(_LibraryRun):
+    """A tracker over a library whose run is `library.init(project=...)`, with `run.config`,
+    `run.log(values, step=...)` and `run.finish()` (W&B, and Trackio and SwanLab after it)."""
 
-    name = "wandb"
-    requires_logging_directory = False
+    library: str = ""
 
     @on_main_process
     def start(self) -> None:
-        wandb = _library("wandb")
-        self.run = wandb.init(project=self.run_name, **self.init_kwargs)
+        self.run = _library(self.library).init(project=self.run_name, **self.init_kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.run.config.update(values, allow_val_change=True)
+        self.run.config.update(values)
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
         self.run.log(values, step=step, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class WandBTracker(_InitRun):
+    """Logs to a Weights & Biases run (project = the `init_trackers` project name)."""
+
+    name = "wandb"
+    library = "wandb"
+    requires_logging_directory = False
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.run.config.update(values, allow_val_change=True)
 
     @on_main_process
     def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
@@ -93,53 +108,22 @@ class WandBTracker(_LibraryRun):
         table = wandb.Table(columns=columns, data=data, dataframe=dataframe)
         self.log({table_name: table}, step=step, **kwargs)
 
-    @on_main_process
-    def finish(self) -> None:
-        self.run.finish()
 
-
-class TrackioTracker(_LibraryRun):
+class TrackioTracker(_InitRun):
     """Logs to a Trackio run (project = the `init_trackers` project name), stored locally unless
-    `init_kwargs` name a Space."""
+    `init_kwargs` name a Space. The run's config is a plain dict, stored with every logged row."""
 
     name = "trackio"
+    library = "trackio"
     requires_logging_directory = False
 
-    @on_main_process
-    def start(self) -> None:
-        self.run = _library("trackio").init(project=self.run_name, **self.init_kwargs)
 
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        # The run's config is a plain dict, stored with every logged row.
-        self.run.config.update(values)
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.run.log(values, step=step, **kwargs)
-
-    @on_main_process
-    def finish(self) -> None:
-        self.run.finish()
-
-
-class SwanLabTracker(_LibraryRun):
+class SwanLabTracker(_InitRun):
     """Logs to a SwanLab run (project = the `init_trackers` project name)."""
 
     name = "swanlab"
+    library = "swanlab"
     requires_logging_directory = False
-
-    @on_main_process
-    def start(self) -> None:
-        self.run = _library("swanlab").init(project=self.run_name, **self.init_kwargs)
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        self.run.config.update(values)
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.run.log(values, step=step, **kwargs)
 
     @on_main_process
     def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
@@ -147,10 +131,6 @@ class SwanLabTracker(_LibraryRun):
         swanlab = _library("swanlab")
         for key, images in values.items():
             self.log({key: [swanlab.Image(image) for image in images]}, step=step, **kwargs)
-
-    @on_main_process
-    def finish(self) -> None:
-        self.run.finish()
 
 
 class CometMLTracker(_LibraryRun):
