@@ -11,6 +11,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -62,12 +63,30 @@ def _wandb_records(path: Path) -> list[Any]:
             position += left
             continue
         length, kind = struct.unpack("<HB", data[position + 4 : position + 7])
+        if position + 7 + length > len(data):  # a record still being written
+            break
         parts += data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind in (1, 4):  # FULL, or the LAST piece of one
             records.append(wandb_internal_pb2.Record.FromString(parts))
             parts = b""
     return records
+
+
+def _wandb_finished_records(path: Path, timeout: float = 60.0) -> list[Any]:
+    """Return the run file's records once it holds the run's `exit` record: wandb-core writes the
+    file from its own process and may still be writing it when `run.finish()` has returned."""
+    from google.protobuf.message import DecodeError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            records = _wandb_records(path)
+        except DecodeError:  # a record still being written
+            records = []
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.1)
 
 
 def _wandb_key(item: Any) -> str:
@@ -87,7 +106,8 @@ def test_wandb_offline_run_holds_the_config_metrics_images_and_table(tmp_path):
     accelerator.end_training()
 
     (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
-    records = _wandb_records(run_file)
+    records = _wandb_finished_records(run_file)
+    assert any(r.WhichOneof("record_type") == "exit" for r in records), f"{run_file}: no exit record"
     run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
     assert (run.project, run.display_name) == ("accel-wandb", "run1")
     config = {
