@@ -263,14 +263,15 @@ FLAT_LAYOUT = {
     "accel.state": "AcceleratorState DistributedType GradientState PartialState",
     "accel.testing": "Counter Step all_reduces_per_step regression_loss train_small_regression train_steps",
     "accel.tracker_adapters": (
-        "AimTracker ClearMLTracker CometMLTracker DVCLiveTracker MLflowTracker WandBTracker"
+        "AimTracker ClearMLTracker CometMLTracker DVCLiveTracker MLflowTracker SwanLabTracker TrackioTracker "
+        "WandBTracker"
     ),
     "accel.tracker_base": "GeneralTracker TrackerError TrackerNotInstalledError on_main_process",
     "accel.tracking": (
         "AimTracker ClearMLTracker CometMLTracker DVCLiveTracker GeneralTracker JSONL_CONFIG_FILE_NAME "
-        "JSONL_FILE_NAME JSONLinesTracker LoggerType MLflowTracker TensorBoardTracker TrackerError "
-        "TrackerNotInstalledError WandBTracker build_trackers get_available_trackers on_main_process "
-        "resolve_trackers"
+        "JSONL_FILE_NAME JSONLinesTracker LoggerType MLflowTracker SwanLabTracker TensorBoardTracker "
+        "TrackerError TrackerNotInstalledError TrackioTracker WandBTracker build_trackers "
+        "get_available_trackers on_main_process resolve_trackers"
     ),
     "accel.training_triggers": "TrainingTriggers",
     "accel.utils": (

@@ -7,6 +7,7 @@ group); integration-tests/test_merge_weights_launch.py merges one that a 2-proce
 
 from __future__ import annotations
 
+import io
 import json
 import warnings
 from pathlib import Path
@@ -162,8 +163,8 @@ def test_remove_checkpoint_dir_keeps_the_checkpoint_when_the_read_back_differs(
     folder, _ = checkpoint
     real_write = merge_module.write_partials
 
-    def write_then_damage(files):  # noqa: ANN001, ANN202 - a stand-in for a write that went wrong
-        partials = real_write(files)
+    def write_then_damage(files, progress):  # noqa: ANN001, ANN202 - a stand-in for a write that went wrong
+        partials = real_write(files, progress)
         (name,) = files.shards
         damaged = {k: v.clone() for k, v in files.shards[name].items()}
         damaged["0.weight"][0, 0] += 1
@@ -240,3 +241,41 @@ def test_merge_weights_returns_what_it_did(checkpoint, tmp_path):
     assert result.tensors == len(state) and result.written == [tmp_path / "out" / "pytorch_model.bin"]
     with pytest.raises(MergeError, match="exists; pass --overwrite"):
         merge_module.merge_weights(folder, tmp_path / "out", safe_serialization=False)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_merge_on_a_terminal_shows_the_bytes_read_written_and_checked(checkpoint, tmp_path, monkeypatch):
+    pytest.importorskip("tqdm", reason="the progress bar is tqdm's: not installed here")
+    from accel_launch.checkpoints import progress
+
+    made: list[progress.Progress] = []
+
+    class Recorded(progress.Progress):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    for module in ("dcp_folder", "merge"):
+        monkeypatch.setattr(f"accel_launch.checkpoints.{module}.Progress", Recorded)
+    monkeypatch.setattr(progress, "DELAY_SECONDS", 0.0)
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    folder, state = checkpoint
+    result = merge_module.merge_weights(folder, tmp_path / "out", max_shard_size=400)
+    assert len(result.written) > 2, "several shards, so the bar moves more than once"
+    read, written = made
+    assert read.what == "merge-weights: reading" and written.what == "merge-weights: writing and checking"
+    data_bytes = sum(p.stat().st_size for p in (folder / "pytorch_model_fsdp").glob("*.distcp"))
+    assert result.total_bytes <= read.done_bytes <= data_bytes
+    assert written.done_bytes == 2 * result.total_bytes
+    assert not read.shown and not written.shown, "closed once done"
+    assert "merge-weights: reading" in terminal.getvalue()
+    monkeypatch.setenv("ACCEL_PROGRESS", "0")
+    quiet = _Terminal()
+    monkeypatch.setattr("sys.stderr", quiet)
+    merge_module.merge_weights(folder, tmp_path / "again")
+    assert quiet.getvalue() == ""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from accel import Accelerator
-from accel.checkpointing import progress
+from accel_launch.checkpoints import progress
 
 pytest.importorskip("tqdm", reason="the progress bar is tqdm's: not installed here")
 

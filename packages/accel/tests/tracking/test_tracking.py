@@ -197,10 +197,16 @@ def test_tensorboard_tracker_writes_event_files_that_read_back(tmp_path):
     for step in range(3):
         accelerator.log({"loss": 1.0 / (step + 1), "acc": torch.tensor(0.25 * step)}, step=step)
     accelerator.log({"note": "done"}, step=3)
+    images = torch.zeros(2, 8, 6, 3)  # two 8x6 RGB images, channels last
+    images[1, :, :3] = 1.0
+    tracker.log_images({"samples": images}, step=4, dataformats="NHWC")
     accelerator.end_training()
-    events = EventAccumulator(str(tmp_path / "tb_run"))
+    events = EventAccumulator(str(tmp_path / "tb_run"), size_guidance={"images": 0})
     events.Reload()
     assert set(events.Tags()["scalars"]) == {"loss", "acc"}
+    (image_event,) = [e for e in events.Images("samples")]
+    # add_images tiles the batch side by side into one PNG: 8 high, 2 x 6 wide.
+    assert (image_event.step, image_event.height, image_event.width) == (4, 8, 12)
     losses = [(e.step, round(e.value, 5)) for e in events.Scalars("loss")]
     assert losses == [(0, 1.0), (1, 0.5), (2, 0.33333)]
     assert [e.value for e in events.Scalars("acc")] == [0.0, 0.25, 0.5]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_launch.checkpoints.errors import MergeError
+from accel_launch.checkpoints.progress import Progress
 
 METADATA = ".metadata"
 # The backend's `model_folder(i)` names and Accelerate's (which numbers the first model too).
@@ -90,8 +91,9 @@ def _read_metadata(folder: Path) -> Any:
     return metadata
 
 
-def _check_data_files(folder: Path, metadata: Any) -> None:
-    """Raise MergeError naming the first data file the metadata lists that is missing or too short."""
+def _check_data_files(folder: Path, metadata: Any) -> int:
+    """Raise MergeError naming the first data file the metadata lists that is missing or too short;
+    return the bytes of the data files the metadata needs."""
     needed: dict[str, int] = {}
     for info in metadata.storage_data.values():
         end = int(info.offset) + int(info.length)
@@ -103,10 +105,11 @@ def _check_data_files(folder: Path, metadata: Any) -> None:
         size = path.stat().st_size
         if size < end:
             raise MergeError(f"{path}: truncated ({size} bytes; the checkpoint's {METADATA} needs {end})")
+    return sum(needed.values())
 
 
-def _reader(folder: Path) -> Any:
-    """Return a FileSystemReader that names the data file a read failed in."""
+def _reader(folder: Path, progress: Progress) -> Any:
+    """Return a FileSystemReader that names the data file a read failed in, and counts each file read."""
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.planner import LoadPlan
     from torch.futures import Future
@@ -121,6 +124,7 @@ def _reader(folder: Path) -> Any:
                     super().read_data(LoadPlan(items, plan.storage_data, plan.planner_data), planner)
                 except Exception as error:
                     raise MergeError(f"{folder / name}: corrupt ({_cause(error)})") from None
+                progress.advance(sum(int(self.storage_data[item.storage_index].length) for item in items))
             done: Future[None] = Future()
             done.set_result(None)
             return done
@@ -148,7 +152,7 @@ def _planner() -> Any:
     return WeightsOnlyPlanner()
 
 
-def read_state_dict(folder: Path) -> dict[str, Any]:
+def read_state_dict(folder: Path, show_progress: bool = False) -> dict[str, Any]:
     """Return the full state dict a DCP folder holds, every tensor whole on the CPU (no process group).
 
     Needs memory for the whole model. A state dict saved nested under one key (`{"model": {...}}`,
@@ -158,15 +162,18 @@ def read_state_dict(folder: Path) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     metadata = _read_metadata(folder)
-    _check_data_files(folder, metadata)
+    progress = Progress("merge-weights: reading", _check_data_files(folder, metadata), show_progress)
     state: dict[str, Any] = {}
     try:
         # What torch's own dcp_to_torch_save does, without writing a torch file in between.
-        _load_state_dict(state, storage_reader=_reader(folder), planner=_planner(), no_dist=True)
+        reader = _reader(folder, progress)
+        _load_state_dict(state, storage_reader=reader, planner=_planner(), no_dist=True)
     except CheckpointException as error:
         raise _first_failure(folder, error) from None
     except Exception as error:
         raise MergeError(f"{folder}: cannot read the checkpoint ({_cause(error)})") from None
+    finally:
+        progress.close()
     if len(state) == 1 and isinstance(next(iter(state.values())), dict):
         state = next(iter(state.values()))
     nested = [key for key, value in state.items() if isinstance(value, dict)]

@@ -20,6 +20,7 @@ from accel_launch.checkpoints.dcp_folder import (
     remove_model_folder,
 )
 from accel_launch.checkpoints.errors import MergeError
+from accel_launch.checkpoints.progress import Progress
 from accel_launch.checkpoints.weight_files import (
     DEFAULT_MAX_SHARD_SIZE,
     existing_outputs,
@@ -54,6 +55,7 @@ def merge_weights(
     remove_checkpoint_dir: bool = False,
     overwrite: bool = False,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    show_progress: bool = True,
 ) -> MergeResult:
     """Write the weights of the sharded checkpoint `checkpoint_dir` into the folder `output_path`.
 
@@ -62,7 +64,8 @@ def merge_weights(
     `safe_serialization`), or shards and an index above `max_shard_size`. Files of an earlier merge
     in `output_path` are refused unless `overwrite` (then they are replaced, and their stale
     shards removed); other files there are left alone. With `remove_checkpoint_dir` the DCP folder's
-    files are removed after the written files were read back equal.
+    files are removed after the written files were read back equal. A long merge shows progress
+    bars on a terminal (`show_progress`; see `accel_launch.checkpoints.progress`).
     """
     limit = parse_size(max_shard_size)
     source = find_model_folder(checkpoint_dir)
@@ -77,27 +80,32 @@ def merge_weights(
             "writing model.safetensors needs the safetensors package (pip install safetensors); "
             "or pass --unsafe_serialization for pytorch_model.bin"
         )
-    state = read_state_dict(source.path)
+    state = read_state_dict(source.path, show_progress)
     _check_mergeable(source.path, state, safe_serialization)
     try:
         output.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise MergeError(f"{output}: cannot create the folder ({error.strerror or error})") from None
     files = plan_files(output, state, safe_serialization, limit)
-    partials = write_partials(files)
+    total_bytes = sum(nbytes(value) for value in state.values())
+    progress = Progress("merge-weights: writing and checking", 2 * total_bytes, show_progress)
     try:
-        compared = verify_partials(files, partials)
-        written = move_into_place(files, partials)
-    except BaseException:
-        remove(partials.values())
-        raise
+        partials = write_partials(files, progress)
+        try:
+            compared = verify_partials(files, partials, progress)
+            written = move_into_place(files, partials)
+        except BaseException:
+            remove(partials.values())
+            raise
+    finally:
+        progress.close()
     stale = [path for path in earlier if path.name not in files.names]
     remove(stale)
     result = MergeResult(
         source=source,
         written=written,
         tensors=compared,
-        total_bytes=sum(nbytes(value) for value in state.values()),
+        total_bytes=total_bytes,
         replaced=earlier,
     )
     if not remove_checkpoint_dir:

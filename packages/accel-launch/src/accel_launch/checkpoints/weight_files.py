@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_launch.checkpoints.errors import MergeError
+from accel_launch.checkpoints.progress import NO_PROGRESS, Progress
 
 _SIZE_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 DEFAULT_MAX_SHARD_SIZE = "10GB"
@@ -100,7 +101,7 @@ def _partial(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:12]}")
 
 
-def write_partials(files: WeightFiles) -> dict[str, Path]:
+def write_partials(files: WeightFiles, progress: Progress = NO_PROGRESS) -> dict[str, Path]:
     """Write every file under a hidden partial name in its folder; return name -> partial path.
 
     On any failure the partials written so far are removed and MergeError names the file.
@@ -113,6 +114,7 @@ def write_partials(files: WeightFiles) -> dict[str, Path]:
             partials[name] = _partial(current)
             _write(partials[name], tensors, files.safe)
             os.chmod(partials[name], _file_mode())
+            progress.advance(sum(nbytes(value) for value in tensors.values()))
         if files.index_name:
             current = files.folder / files.index_name
             partials[files.index_name] = _partial(current)
@@ -154,7 +156,7 @@ def _index_text(files: WeightFiles) -> str:
     return json.dumps(index, indent=2) + "\n"
 
 
-def verify_partials(files: WeightFiles, partials: dict[str, Path]) -> int:
+def verify_partials(files: WeightFiles, partials: dict[str, Path], progress: Progress = NO_PROGRESS) -> int:
     """Read every written file back and compare it with what was meant: the same names, and each
     tensor of the same dtype, shape and bytes (so NaNs compare equal). Return the tensors compared."""
     compared = 0
@@ -173,6 +175,7 @@ def verify_partials(files: WeightFiles, partials: dict[str, Path]) -> int:
             if not same_value(value, found[key]):
                 raise MergeError(f"{shown}: weight {key!r} read back differs from the checkpoint's")
             compared += 1
+        progress.advance(sum(nbytes(value) for value in expected.values()))
     if files.index_name:
         written = json.loads(partials[files.index_name].read_text(encoding="utf-8"))
         if written != json.loads(_index_text(files)):

@@ -23,8 +23,8 @@ from accel.checkpointing.content_digest_v1 import content_digest_v1
 from accel.checkpointing.digests import check_later, file_digest
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
-from accel.checkpointing.progress import NO_PROGRESS, Progress
 from accel.checkpointing.streamed_digests import StreamedFile
+from accel_launch.checkpoints.progress import NO_PROGRESS, Progress
 
 KNOWN_DIGESTS = (DIGEST_NAME, DIGEST_V2, DIGEST_V1)
 # Files smaller than this are checked on the reading thread: handing one to the checking thread

@@ -20,7 +20,6 @@ from accel.checkpointing.folder import (
 )
 from accel.checkpointing.layout import TRAINING_STATE_NAME, suffix, write_model
 from accel.checkpointing.naming import CHECKPOINT_FOLDER, load_dir, project_configuration, prune, save_dir
-from accel.checkpointing.progress import Progress
 from accel.checkpointing.reader import FolderReader
 from accel.checkpointing.registry import CheckpointRegistry, registry_of
 from accel.checkpointing.restore import (
@@ -32,6 +31,7 @@ from accel.checkpointing.restore import (
 )
 from accel.checkpointing.rng import portable_rng_states, rng_file, rng_file_name
 from accel.checkpointing.writer import FolderWriter
+from accel_launch.checkpoints.progress import Progress
 from accel_state import PartialState, PreparedObjects, barrier, gather_object
 from accel_state.process_group.timeouts import named_collective
 

@@ -26,7 +26,7 @@ import torch
 from accel.checkpointing.content_digest import digest_of
 from accel.checkpointing.digests import check_later, write_later
 from accel.checkpointing.errors import CheckpointError, CheckpointWriteError
-from accel.checkpointing.progress import NO_PROGRESS, Progress
+from accel_launch.checkpoints.progress import NO_PROGRESS, Progress
 
 
 def _file_mode() -> int:

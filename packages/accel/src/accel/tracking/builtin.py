@@ -62,6 +62,14 @@ class TensorBoardTracker(GeneralTracker):
         self.writer.flush()
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Log batches of images (`{name: NCHW array or tensor}`; `dataformats="NHWC"` for
+        channels-last), as Accelerate's tracker does with `SummaryWriter.add_images`."""
+        for key, images in values.items():
+            self.writer.add_images(key, images, global_step=step, **kwargs)
+        self.writer.flush()
+
+    @on_main_process
     def finish(self) -> None:
         self.writer.close()
 

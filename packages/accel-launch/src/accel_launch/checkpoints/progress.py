@@ -1,4 +1,5 @@
-"""A progress bar for a long `save_state` or `load_state`: the bytes of the files written or read.
+"""A progress bar for a long `save_state`, `load_state` or `accel merge-weights`: the bytes of the
+files written or read.
 
 Shown only where someone watches it: on the main process, when its standard error is a terminal,
 tqdm is installed and the operation still runs after `DELAY_SECONDS` (a short save prints
