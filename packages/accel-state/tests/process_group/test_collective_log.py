@@ -86,6 +86,38 @@ def test_a_report_names_the_main_threads_line_and_the_collective_in_flight(tmp_p
     assert report["threads"][0]["main"]
 
 
+def _installed_engine(tmp_path, monkeypatch):  # noqa: ANN001, ANN202
+    """Import a module that lives in a site-packages folder, as an engine such as DeepSpeed does."""
+    library = tmp_path / "lib" / "site-packages"
+    library.mkdir(parents=True)
+    (library / "fake_engine.py").write_text(
+        "def all_reduce(call):\n    return call()\n\n"
+        "def wait():\n    raise RuntimeError('Timed out waiting 10000ms for recv operation to complete')\n"
+    )
+    monkeypatch.syspath_prepend(str(library))
+    monkeypatch.delitem(sys.modules, "fake_engine", raising=False)
+    import fake_engine
+
+    return fake_engine
+
+
+def test_a_report_names_the_scripts_line_not_an_installed_engines(tmp_path, monkeypatch):
+    monkeypatch.setattr(diagnosis, "_folder", str(tmp_path))
+    monkeypatch.setattr(diagnosis, "_rank", 0)
+    engine = _installed_engine(tmp_path, monkeypatch)
+    line = sys._getframe().f_lineno + 1
+    engine.all_reduce(lambda: diagnosis.write_report("asked by the launcher"))
+    live = json.loads((tmp_path / "rank0.json").read_text())["where"]
+    assert (live["file"], live["line"]) == (__file__, line)
+
+    try:
+        line = sys._getframe().f_lineno + 1
+        engine.all_reduce(engine.wait)
+    except RuntimeError as error:
+        report = diagnosis.build_report("raised", error, error.__traceback__)
+    assert (report["where"]["file"], report["where"]["line"]) == (__file__, line)
+
+
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="POSIX signals")
 def test_the_signal_is_answered_by_the_thread_even_while_the_main_thread_is_blocked(tmp_path, monkeypatch):
     import subprocess

@@ -204,7 +204,7 @@ def build_report(
         where = _traceback_where(tb)
     else:
         main_frame = frames.get(main) if main is not None else None
-        found = collective_log.user_frame(main_frame)
+        found = _script_frame(collective_log.user_frame(main_frame))
         where = None if found is None else _frame_dict(found)
     current = collective_log.current()
     main_stack = threads[0]["frames"] if threads and threads[0]["main"] else []
@@ -233,14 +233,32 @@ def _torch_collective(stack: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _is_installed_library(frame: types.FrameType) -> bool:
+    """True for code installed in site-packages (an engine such as DeepSpeed, a model library)."""
+    return "-packages" + os.sep in frame.f_code.co_filename
+
+
+def _script_frame(frame: types.FrameType | None) -> types.FrameType | None:
+    """Return the first frame from `frame` outwards that is the user's own code, not an installed
+    library's: a rank waiting in DeepSpeed's all-reduce is named by the script line that called the
+    engine. `frame` itself when every frame out is a library's (a script installed as a package)."""
+    found = frame
+    while found is not None and (collective_log.is_ours(found) or _is_installed_library(found)):
+        found = found.f_back
+    return frame if found is None else found
+
+
 def _traceback_where(tb: types.TracebackType | None) -> dict[str, Any] | None:
-    """Return the innermost frame of the script (outside accel, torch and the standard library) in `tb`."""
-    where = None
+    """Return the innermost frame of the user's own code in `tb` (outside accel, torch, the standard
+    library and installed libraries; the innermost outside the first three when none is)."""
+    where = script = None
     while tb is not None:
         if not collective_log.is_ours(tb.tb_frame):
             where = _frame_dict(tb.tb_frame, tb.tb_lineno)
+            if not _is_installed_library(tb.tb_frame):
+                script = where
         tb = tb.tb_next
-    return where
+    return script or where
 
 
 def _traceback_stack(tb: types.TracebackType | None) -> list[dict[str, Any]]:
