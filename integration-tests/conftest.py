@@ -48,3 +48,20 @@ def check_no_gloo_thread_left() -> Callable[[str, Iterable[str], Mapping[str, st
             assert not gloo, f"rank {report['rank']} still runs {gloo} after the teardown"
 
     return check
+
+
+@pytest.fixture
+def stall_between_steps() -> tuple[Path, dict[str, int]]:
+    """jobs/stall_between_steps.py, and the lines the diagnosis names: where rank 1 stalls, and the
+    forward, backward and optimizer step rank 0 may wait in."""
+    job = REPO_ROOT / "integration-tests" / "jobs" / "stall_between_steps.py"
+    code = {
+        "stall": "time.sleep(300)",
+        "forward": "loss = model(",
+        "backward": "accelerator.backward(loss)",
+        "step": "optimizer.step()",
+    }
+    text = job.read_text().splitlines()
+    return job, {
+        name: next(i for i, line in enumerate(text, 1) if snippet in line) for name, snippet in code.items()
+    }

@@ -1,6 +1,6 @@
 """The hang diagnosis in the cases test_hang_diagnosis_launch.py leaves out, with real `accel launch
 --cpu` jobs (gloo): a rank that dies of an ordinary exception, a job on two machines (two launchers
-on loopback), and an FSDP2 job with a rank stalled between steps.
+on loopback), and an FSDP2 job with a rank stalled between steps (jobs/stall_between_steps.py).
 
 One job per case; short timeouts keep each under a minute.
 """
@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -46,26 +47,6 @@ print("NO STALL", flush=True)
 """.replace("COLLECTIVE_TIMEOUT", str(COLLECTIVE_TIMEOUT))
 LINE = {"raise": 10, "raises_wait": 11, "sleep": 14, "machines_wait": 15}
 
-# FSDP2 (ACCEL_DISTRIBUTED_TYPE=FSDP): rank 1 stalls between two steps, rank 0 goes on into the
-# next forward, whose parameter all-gather (torch's, not one of accel's collectives) times out.
-FSDP_SCRIPT = """\
-import time, torch
-from accel import Accelerator
-accelerator = Accelerator()
-model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-model, optimizer = accelerator.prepare(model, optimizer)
-for step in range(3):
-    if step == 1 and accelerator.process_index == 1:
-        time.sleep(300)
-    loss = model(torch.ones(2, 4)).sum()
-    accelerator.backward(loss)
-    optimizer.step()
-    optimizer.zero_grad()
-print("NO STALL", flush=True)
-"""
-FSDP_LINE = {"sleep": 9, "forward": 10}
-
 
 def _diagnosis(stderr, prefix="accel launch"):
     lines = [line for line in stderr.splitlines() if line.startswith(f"{prefix}: diagnosis (")]
@@ -74,8 +55,11 @@ def _diagnosis(stderr, prefix="accel launch"):
 
 
 def _launch(tmp_path, script_text, case_args, *, env=None, launch_args=(), timeout=COLLECTIVE_TIMEOUT + 30):
-    script = tmp_path / "stall.py"
-    script.write_text(script_text)
+    if isinstance(script_text, Path):  # a job of integration-tests/jobs, run where it is
+        script = script_text
+    else:
+        script = tmp_path / "stall.py"
+        script.write_text(script_text)
     started = time.monotonic()
     result = launch_script(
         script,
@@ -141,7 +125,9 @@ def test_two_machines_on_loopback_each_launcher_names_every_rank(tmp_path):
         for rank in (0, 1)
     ]
     outputs = []
-    deadline = started + COLLECTIVE_TIMEOUT + 30  # machine 1's rank ends its sleep at about 25 s
+    # Machine 1's rank sleeps 22 s on purpose (still asleep when machine 0's times out at 10 s); its
+    # launcher ends after it wakes: 30 s more covers two interpreters' start and end on a busy machine.
+    deadline = started + COLLECTIVE_TIMEOUT + 12 + 30
     try:
         for launcher in launchers:
             stdout, stderr = launcher.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -169,21 +155,24 @@ def test_two_machines_on_loopback_each_launcher_names_every_rank(tmp_path):
     assert set(data["ranks"]) == {"0", "1"}
 
 
-def test_fsdp2_job_with_a_rank_stalled_between_steps_names_both_ranks(tmp_path):
-    result = _launch(tmp_path, FSDP_SCRIPT, [], env={"ACCEL_DISTRIBUTED_TYPE": "FSDP"})
+def test_fsdp2_job_with_a_rank_stalled_between_steps_names_both_ranks(tmp_path, stall_between_steps):
+    # rank 1 stalls between two steps; rank 0 goes on into the next forward, whose parameter
+    # all-gather (torch's, not one of accel's collectives) times out.
+    job, line = stall_between_steps
+    result = _launch(tmp_path, job, ["fsdp"], env={"ACCEL_DISTRIBUTED_TYPE": "FSDP"})
     headline = _diagnosis(result.stderr)
     assert (
-        f"rank 1 is in no collective: it is in stall.py:{FSDP_LINE['sleep']} in <module>: time.sleep(300)"
+        f"rank 1 is in no collective: it is in {job.name}:{line['stall']} in <module>: time.sleep(300)"
         in headline
     ), headline
     assert "rank 0 (exited with code 1) is in no collective: it raised RuntimeError: " in headline, headline
     assert "Timed out" in headline, headline  # torch's own error for the all-gather
     # The all-gather of FSDP2's forward is torch's, not one of accel's: named from the stack.
     assert re.search(
-        rf"at stall.py:{FSDP_LINE['forward']} in <module>: loss = model\(torch.ones\(2, 4\)\).sum\(\) "
+        rf"at {job.name}:{line['forward']} in <module>: loss = model\(torch.ones\(2, 4\)\).sum\(\) "
         r"\(inside torch.distributed's all_gather\w*\)",
         headline,
     ), headline
     data = json.loads((tmp_path / "logs" / "diagnosis.json").read_text())
     assert set(data["ranks"]) == {"0", "1"}
-    assert data["ranks"]["0"]["report"]["where"]["line"] == FSDP_LINE["forward"]
+    assert data["ranks"]["0"]["report"]["where"]["line"] == line["forward"]
