@@ -65,9 +65,13 @@ class SynchronizedRandomSampler(RandomSampler):
         self._replay = (int(epoch), record)
 
     def __iter__(self) -> Iterator[int]:
+        # Not a generator function: the pass's draw happens when iteration starts (a BatchSampler
+        # asks for its sampler's iterator just before its first index, as torch's own loop draws),
+        # and the indices come from a list iterator, with no Python frame per index.
         replay, self._replay = self._replay, None
         record = replay[1] if replay is not None and replay[0] == self.epoch else None
-        if self.generator is None:
+        private = self.generator is None
+        if private:
             seed = int(record["seed"]) if record is not None else self._drawn_seed()
             self._recorded = (self.epoch, {"seed": seed})
             generator = torch.Generator()
@@ -77,13 +81,18 @@ class SynchronizedRandomSampler(RandomSampler):
                 self.generator.set_state(_decoded_state(str(record["state"])))
             self._recorded = (self.epoch, {"state": _encoded_state(self.generator.get_state())})
             generator = self.generator
-        if len(self.data_source) == 0:  # RandomSampler divides by the dataset's length
-            return
-        # torch's own loop, over the generator chosen here.
+        size = len(self.data_source)
+        if size == 0:  # RandomSampler divides by the dataset's length
+            return iter(())
+        if private and not self.replacement and self.num_samples == size:
+            # RandomSampler's one permutation; the draws it makes after it, of a generator nobody
+            # else holds, cannot be seen.
+            return iter(torch.randperm(size, generator=generator).tolist())
+        # torch's own loop, over the generator chosen here (a user's generator draws as it would).
         view = RandomSampler.__new__(RandomSampler)
         view.__dict__.update(data_source=self.data_source, replacement=self.replacement, generator=generator)
         view._num_samples = self._num_samples  # what RandomSampler.__iter__ reads (see __init__)
-        yield from RandomSampler.__iter__(view)
+        return RandomSampler.__iter__(view)
 
     def _drawn_seed(self) -> int:
         """Return this pass's seed, drawn as torch's RandomSampler draws it (the main process's draw)."""
