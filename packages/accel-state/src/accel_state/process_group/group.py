@@ -11,6 +11,10 @@ teardown, where they can abort the process in the same way. torch.distributed.nn
 torch._dynamo) after the group exists: those defaults then hold the group until the interpreter
 ends, and destroy_process_group leaves its threads running. Importing it before the group exists
 binds None instead (the default group, looked up at call time).
+
+A group that already runs when the state is built (Ray Train's workers, a notebook launcher, a script
+that called `init_process_group` itself) is adopted, not joined again: its rank and world size are
+this process's place in the job, and its owner, not accel, tears it down.
 """
 
 from __future__ import annotations
@@ -23,11 +27,43 @@ from collections.abc import Callable
 import torch.distributed as dist
 
 from accel_state.environment import env_vars
-from accel_state.environment.launch_env import LaunchEnvironment, export_for_torch
-from accel_state.process_group import rank_exit
+from accel_state.environment.launch_env import LaunchEnvironment, LaunchEnvironmentError, export_for_torch
+from accel_state.process_group import group_timeout, rank_exit
 
 _teardown_registered = False
 _before_teardown: list[Callable[[], None]] = []
+
+
+def adopt_running_group(found: LaunchEnvironment) -> LaunchEnvironment:
+    """Return this process's place in the process group that already runs, else `found` unchanged.
+
+    The group is the truth about rank and world size: a job whose group was made without launcher
+    variables (`init_method="tcp://..."` and explicit ranks) would otherwise look like one process,
+    train without DDP and read unsharded batches. Variables of a launcher that describe another
+    place than the group's are a LaunchEnvironmentError, not a guess between the two.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return found
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    if (found.rank, found.world_size) == (rank, world_size):
+        return found
+    if found.source != "python":  # a launcher's variables were read: they name another place
+        raise LaunchEnvironmentError(
+            f"the process group that already runs has this process at rank {rank} of {world_size}, but the "
+            f"{found.source} environment says rank {found.rank} of {found.world_size}; build the Accelerator "
+            "in the processes the group was made for, or make the group with the launcher's variables"
+        )
+    local_rank = env_vars.read_int(env_vars.LOCAL_RANK)
+    local_world_size = env_vars.read_int(env_vars.LOCAL_WORLD_SIZE)
+    # Without the launcher's local variables the ranks are taken to share one machine, the usual case
+    # of a group made by hand; a GPU is then chosen by rank.
+    return LaunchEnvironment(
+        rank=rank,
+        world_size=world_size,
+        local_rank=rank if local_rank is None else local_rank,
+        local_world_size=world_size if local_world_size is None else local_world_size,
+        source="process group",
+    )
 
 
 def init_process_group(
@@ -58,6 +94,7 @@ def init_process_group(
         world_size=found.world_size,
         timeout=timeout,
     )
+    group_timeout.apply_job_timeout(timeout)
     _register_teardown()
     return True
 
@@ -69,6 +106,7 @@ def init_single_process_group(backend: str, timeout: datetime.timedelta) -> bool
         return False
     _bind_defaults_before_the_group_exists()
     dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    group_timeout.apply_job_timeout(timeout)
     _register_teardown()
     return True
 
@@ -131,3 +169,5 @@ def destroy_process_group(group: dist.ProcessGroup | None = None) -> None:
     process is in one; safe to call more than once."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group(group)
+    if not (dist.is_available() and dist.is_initialized()):
+        group_timeout.restore_default_timeout()

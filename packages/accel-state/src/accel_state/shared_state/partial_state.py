@@ -113,6 +113,8 @@ class PartialState:
             use_per_thread_state()
             self.__dict__ = self._shared_state
         found = detect_launch_environment()
+        if not factory.per_thread_state:  # replicas that are threads have no rank of their own in a group
+            found = process_group.adopt_running_group(found)
         debug = bool(env_vars.read_flag(env_vars.DEBUG_MODE))
         # On unless set to a false word; empty means unset, as the launcher's check reads it.
         unset = env_vars.read_str(env_vars.CHECK_COLLECTIVES) is None
