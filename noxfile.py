@@ -117,9 +117,10 @@ ADAPTERS = [engine.adapter for engine in ENGINES.values()]
 LINT_TOOLS = ("ruff==0.17.6", "import-linter==2.17")
 MYPY = "mypy==2.4.1"
 
-# `nox` alone: the main matrix (about 50 minutes on 2 cores). The engines' sessions (DeepSpeed and
-# PyTorch/XLA, each installing its engine: about 15 minutes) and the trackers (about 4) are the
-# second call, `nox -s engines trackers`; the README names both and .ci/run runs both.
+# `nox` alone: the main matrix (about 40-50 minutes on 2 cores). The engines' sessions (DeepSpeed
+# and PyTorch/XLA, each installing its engine: about 12-15 minutes), the trackers (about 4), Ray
+# Train and SLURM (about 5 each) are the second call, `nox -s engines trackers ray slurm`, which
+# .ci/run gives a budget of its own (40 minutes); the README names both calls.
 nox.options.sessions = [
     "lint",
     "typecheck",
@@ -281,10 +282,13 @@ def integration(session: nox.Session) -> None:
         "no:cacheprovider",
         str(INTEGRATION_TESTS),
         # The engines' jobs run in their own sessions, where the engines are installed; so do the
-        # tracking libraries' tests (`trackers`).
+        # tracking libraries' tests (`trackers`) and the cluster engines' (`ray`, `slurm`).
         *_ignored_engine_tests(INTEGRATION_TESTS),
-        "--ignore",
-        str(TRACKER_TESTS),
+        *(
+            arg
+            for folder in (TRACKER_TESTS, INTEGRATION_TESTS / "ray", INTEGRATION_TESTS / "slurm")
+            for arg in ("--ignore", str(folder))
+        ),
         *session.posargs,
         env=TEST_ENV,
     )
@@ -457,3 +461,51 @@ def bench_engines(session: nox.Session, backend: str) -> None:
     output = str(ROOT / "benchmarks" / "results" / backend)
     session.run("python", "-m", "benchmarks", "--only", engine.figures, "--output", output, *session.posargs,
                 env={"OMP_NUM_THREADS": "1", **env})  # fmt: skip
+
+
+# Ray Train at the version its tests were checked with (Python 3.11, torch 2.13.0 CPU).
+RAY_LIBRARIES = ("ray[train]==2.60.0",)
+RAY_TESTS = INTEGRATION_TESTS / "ray"
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """An accel training function under Ray Train's TorchTrainer (integration-tests/ray): 2 CPU workers
+    on a local Ray cluster bound to the loopback, the Accelerator adopting Ray's process group, the
+    same weights as `accel launch`, `save_state` into Ray's checkpoint and a resume from it, and
+    examples/ray_train.py.
+
+    Not in the default sessions (Ray is a large install); without Ray the folder's tests skip.
+    """
+    install_packages(session, *PACKAGES, extra="test", beside=RAY_LIBRARIES)
+    session.run("pip", "check")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(RAY_TESTS), *session.posargs, env=TEST_ENV)
+
+
+# A real one-node SLURM on loopback (Debian's packages; the tests start and stop its daemons).
+SLURM_PACKAGES = ("slurm-wlm", "munge")
+SLURM_TESTS = INTEGRATION_TESTS / "slurm"
+
+
+@nox.session
+def slurm(session: nox.Session) -> None:
+    """accel jobs under a real SLURM (integration-tests/slurm): munged, slurmctld and slurmd run as a
+    one-node cluster on loopback for the test run; `srun -n 2 python train.py`, `sbatch` of
+    examples/slurm/train.sbatch and `accel launch` inside an allocation end with the weights of
+    `accel launch`, and a task killed mid-training fails the job naming its rank.
+
+    Not in the default sessions: it installs Debian's slurm-wlm and munge with apt-get when
+    `slurmctld` is missing (CI runs as root on Debian), and starts daemons.
+    """
+    import shutil
+    import subprocess
+
+    install_packages(session, *PACKAGES, extra="test")
+    session.run("pip", "check")
+    if shutil.which("slurmctld") is None:
+        apt_env = {"DEBIAN_FRONTEND": "noninteractive"}
+        known = subprocess.run(["apt-cache", "show", *SLURM_PACKAGES], capture_output=True, check=False)
+        if known.returncode != 0:  # no package lists yet (a fresh container)
+            session.run("apt-get", "update", "-q", external=True, env=apt_env)
+        session.run("apt-get", "install", "-y", "-q", *SLURM_PACKAGES, external=True, env=apt_env)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", str(SLURM_TESTS), *session.posargs, env=TEST_ENV)

@@ -6,12 +6,17 @@ import pytest
 
 from accel_state import LaunchEnvironment, LaunchEnvironmentError, detect_launch_environment
 from accel_state.environment.launch_env import DEFAULT_MASTER_PORT
+from accel_state.environment.slurm import job_port
 
 # Launcher variables the shared fixture does not clear; cleared here so the host cannot leak in.
 _EXTRA_VARS = (
     "SLURM_LOCALID",
     "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_LAUNCH_NODE_IPADDR",
+    "SLURM_NODEID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
     "MPI_LOCALRANKID",
@@ -104,6 +109,41 @@ def test_slurm_multi_node_falls_back_to_the_launch_node_address(env):
         SLURM_LAUNCH_NODE_IPADDR="192.168.1.7",
     )
     assert detect_launch_environment().master_addr == "192.168.1.7"
+
+
+def test_slurm_multi_node_takes_the_steps_first_node_over_the_launch_node(env):
+    # srun started from a login node: rank 0 runs on the step's first node, not where srun runs.
+    env(
+        SLURM_PROCID=2,
+        SLURM_STEP_NUM_TASKS=4,
+        SLURM_LOCALID=0,
+        SLURM_NODEID=1,
+        SLURM_STEP_TASKS_PER_NODE="2(x2)",
+        SLURM_STEP_NODELIST="gpu[07-08]",
+        SLURM_JOB_NODELIST="gpu[05-08]",
+        SLURM_LAUNCH_NODE_IPADDR="10.1.0.1",
+    )
+    assert detect_launch_environment().master_addr == "gpu07"
+
+
+def test_slurm_single_node_stays_on_loopback_wherever_srun_ran(env):
+    env(
+        SLURM_PROCID=1,
+        SLURM_STEP_NUM_TASKS=2,
+        SLURM_STEP_TASKS_PER_NODE="2",
+        SLURM_LAUNCH_NODE_IPADDR="10.1.0.1",
+    )
+    assert detect_launch_environment().master_addr == "127.0.0.1"
+
+
+def test_slurm_port_comes_from_the_job_and_step_unless_master_port_is_set(env):
+    env(SLURM_PROCID=0, SLURM_STEP_NUM_TASKS=2, SLURM_JOB_ID=1234, SLURM_STEP_ID=1)
+    assert detect_launch_environment().master_port == job_port(1234, 1)
+    env(MASTER_PORT=29999, MASTER_ADDR="head")
+    assert (detect_launch_environment().master_addr, detect_launch_environment().master_port) == (
+        "head",
+        29999,
+    )
 
 
 def test_sbatch_allocation_without_srun_step_is_one_process(env):

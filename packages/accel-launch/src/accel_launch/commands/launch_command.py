@@ -84,7 +84,8 @@ def launch(ctx: click.Context, script: str, script_args: tuple[str, ...], **flag
     """Run SCRIPT [SCRIPT_ARGS]... on every process through torch.distributed.run (or on every
     replica as the job's engine starts them).
 
-    Values come from the flags, else ACCEL_* env vars, else the config file, else defaults.
+    Values come from the flags, else ACCEL_* env vars, else the config file, else the SLURM allocation
+    it runs in (salloc, sbatch), else defaults.
     """
     if script.startswith("-"):
         # ignore_unknown_options turns an unknown flag into a positional, so a mistyped flag of ours
@@ -147,6 +148,7 @@ def launch_options(ctx: click.Context, flags: dict[str, Any]) -> LaunchOptions:
         check_accel_env(os.environ)
         check_accel_env(options.env, where="--env")
         _warn_unknown_variables(options.env)
+        _warn_partial_allocation()
         if hook.start_replicas is None:
             _check_port_free(options, config.where("main_process_port"))
         hook.check_options(options, os.environ)
@@ -190,6 +192,18 @@ def _warn_unknown_variables(env_pairs: dict[str, str]) -> None:
     lines = env_vars.unknown_variable_messages(os.environ)
     lines += env_vars.unknown_variable_messages(env_pairs, where="--env")
     for line in lines:
+        click.echo(f"accel: warning: {line}", err=True)
+
+
+def _warn_partial_allocation() -> None:
+    """Warn when this launch cannot span the SLURM allocation it runs in (else its size comes from
+    the allocation)."""
+    import os
+
+    from accel_launch.config.slurm_allocation import allocation_warning
+
+    line = allocation_warning(os.environ)
+    if line is not None:
         click.echo(f"accel: warning: {line}", err=True)
 
 

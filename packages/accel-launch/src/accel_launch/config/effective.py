@@ -1,4 +1,5 @@
-"""The effective config: defaults < config file < ACCEL_* env vars < flags, with where each value came from.
+"""The effective config: defaults < SLURM allocation < config file < ACCEL_* env vars < flags, with where
+each value came from.
 
 Combination checks run here, on the merged values, so that an error names the flag, the env var or
 the file key that holds the offending value.
@@ -23,6 +24,8 @@ from accel_launch.config.schema import (
     ConfigError,
     coerce_value,
 )
+from accel_launch.config.slurm_allocation import SOURCE as ALLOCATION
+from accel_launch.config.slurm_allocation import allocation_settings
 from accel_state.environment.choices import MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import LaunchHook, LaunchHookError, launchable_types
 
@@ -33,7 +36,7 @@ CPU_TYPES = tuple(kind for hook in HOOKS.values() for kind in hook.cpu_types)
 
 @dataclass(frozen=True)
 class EffectiveConfig:
-    """Every setting's value and its source ("default", "file", "env" or "flag"), and the file read.
+    """Every setting's value and its source ("default", "slurm", "file", "env" or "flag"), and the file read.
 
     The settings are the file's top-level keys and the keys of its typed sections under their
     own names (a section's key `x` is the setting `x`).
@@ -43,6 +46,8 @@ class EffectiveConfig:
     sources: dict[str, str]
     path: Path | None = None
     env_names: dict[str, str] = field(default_factory=dict)
+    # The SLURM variable each setting of source "slurm" was read from.
+    allocation_names: dict[str, str] = field(default_factory=dict)
     # Settings dropped because a stronger source contradicted them: name -> what gave way to what.
     overridden: dict[str, str] = field(default_factory=dict)
 
@@ -60,6 +65,8 @@ class EffectiveConfig:
             return f"--{name}"
         if source == ENV:
             return f"environment variable {self.env_names[name]}"
+        if source == ALLOCATION:
+            return f"the SLURM allocation's {self.allocation_names[name]}"
         if source == FILE and name in IMPLIED_BY_SECTION:
             return f"{self.path}: section '{IMPLIED_BY_SECTION[name]}'"
         if source == FILE:
@@ -96,6 +103,9 @@ def resolve_config(
     env_names = config_env_names()
     values = {name: key.default for name, key in SETTINGS.items()}
     sources = dict.fromkeys(SETTINGS, DEFAULT)
+    allocation = allocation_settings(environ)
+    for name, setting in allocation.items():
+        values[name], sources[name] = setting.value, ALLOCATION
     for name, value in (file_values or {}).items():
         if value is not None:
             values[name], sources[name] = value, FILE
@@ -119,7 +129,8 @@ def resolve_config(
             str(dynamo["dynamo_backend"]),
             sources["dynamo_config"],
         )
-    config = EffectiveConfig(values, sources, path, env_names)
+    allocation_names = {name: setting.variable for name, setting in allocation.items()}
+    config = EffectiveConfig(values, sources, path, env_names, allocation_names)
     _take_section_fallbacks(config)
     _let_stronger_values_win(config)
     check_combinations(config)
@@ -228,7 +239,7 @@ def check_combinations(config: EffectiveConfig) -> None:
 
 
 # How strongly each source binds: a value set more strongly wins over one it contradicts.
-_RANK = {DEFAULT: 0, FILE: 1, ENV: 2, FLAG: 3}
+_RANK = {DEFAULT: 0, ALLOCATION: 1, FILE: 2, ENV: 3, FLAG: 4}
 # The distributed types that only say "several processes on this kind of device": a count or
 # --cpu given more strongly than them picks the type again, as if they had not been set.
 _COUNT_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from accel_state.environment import env_vars
 from accel_state.environment.choices import DEFAULT_MASTER_PORT
+from accel_state.environment.slurm import first_host, job_port, tasks_per_node
 
 
 class LaunchEnvironmentError(RuntimeError):
@@ -56,19 +57,6 @@ def _from_torchrun() -> LaunchEnvironment | None:
     )
 
 
-def _tasks_per_node(raw: str | None, node_index: int) -> int | None:
-    """Return node `node_index`'s task count from SLURM's `2(x3),1` notation (3 nodes of 2, then 1)."""
-    if not raw:
-        return None
-    counts: list[int] = []
-    for part in raw.split(","):
-        count, _, repeat = part.partition("(x")
-        if not count.strip().isdigit():
-            return None
-        counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
-    return counts[node_index] if 0 <= node_index < len(counts) else None
-
-
 def _from_slurm() -> LaunchEnvironment | None:
     # srun sets SLURM_STEP_NUM_TASKS for the step it starts; a plain `python` inside an sbatch
     # allocation only sees SLURM_NTASKS and is a single process, so it must not wait for others.
@@ -78,9 +66,19 @@ def _from_slurm() -> LaunchEnvironment | None:
         return None
     local_rank = _int("SLURM_LOCALID") or 0
     node = _int("SLURM_NODEID") or 0
-    local_world = _tasks_per_node(os.environ.get("SLURM_STEP_TASKS_PER_NODE"), node) or world
-    addr = env_vars.read_str(env_vars.MASTER_ADDR) or env_vars.read_str("SLURM_LAUNCH_NODE_IPADDR")
-    return LaunchEnvironment(rank, world, local_rank, local_world, addr, _int(env_vars.MASTER_PORT), "slurm")
+    local_world = tasks_per_node(os.environ.get("SLURM_STEP_TASKS_PER_NODE"), node) or world
+    addr = env_vars.read_str(env_vars.MASTER_ADDR)
+    if addr is None and local_world != world:
+        # Rank 0 runs on the step's first node; srun's own node (SLURM_LAUNCH_NODE_IPADDR) may be a
+        # login node outside the step, kept only for a step that names no nodes.
+        nodes = env_vars.read_str("SLURM_STEP_NODELIST") or env_vars.read_str("SLURM_JOB_NODELIST")
+        addr = first_host(nodes) or env_vars.read_str("SLURM_LAUNCH_NODE_IPADDR")
+    port = _int(env_vars.MASTER_PORT)
+    job = _int("SLURM_JOB_ID")
+    if port is None and job is not None:
+        # Every task derives the same port from the job, and two jobs sharing a node do not both take 29500.
+        port = job_port(job, _int("SLURM_STEP_ID") or 0)
+    return LaunchEnvironment(rank, world, local_rank, local_world, addr, port, "slurm")
 
 
 def _from_openmpi() -> LaunchEnvironment | None:

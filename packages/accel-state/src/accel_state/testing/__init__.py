@@ -18,7 +18,7 @@ from accel_state.environment import env_vars
 LAUNCH_VARIABLES = (
     env_vars.RANK, env_vars.WORLD_SIZE, env_vars.LOCAL_RANK, env_vars.LOCAL_WORLD_SIZE,
     env_vars.MASTER_ADDR, env_vars.MASTER_PORT,
-    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "PMI_RANK", "PMI_SIZE",
     env_vars.USE_CPU, env_vars.MIXED_PRECISION, env_vars.DEBUG_MODE,
     env_vars.GRADIENT_ACCUMULATION_STEPS, env_vars.TIMEOUT, env_vars.DISTRIBUTED_TYPE,
