@@ -21,6 +21,9 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
     # Debug mode (set in test sessions) adds a collective per collective: not what users run.
     env.pop("ACCEL_DEBUG_MODE", None)
+    # A user's interpreter caches bytecode; where the shell forbids it, every fresh process would
+    # compile an editable install's modules again, charging each start for it (torch's are cached).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     # `accel launch` keeps a one-machine job's gloo on the loopback interface; so do the torchrun jobs,
     # lest raw PyTorch pay for a slower interface its host name resolves to.

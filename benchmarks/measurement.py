@@ -39,7 +39,8 @@ class Measurement:
     x: float | None = None
     x_label: str | None = None
     note: str = ""
-    # What accel must reach, checked by the runner on the medians: "<lhs><op><number>", where lhs is a
+    # What accel must reach, checked by the runner (a ratio over paired rounds on its median's 90%
+    # interval, anything else on the median): "<lhs><op><number>", where lhs is a
     # contender ("accel<0.1": its median) or a ratio of two ("accel/raw>=0.99", "accel/accelerate<=0.5")
     # and op one of < <= > >=; several joined by ";" must all hold.
     target: str | None = None

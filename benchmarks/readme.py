@@ -19,8 +19,14 @@ listed as skipped, with why. The XLA loop needs torch 2.9.0 beside torch_xla: it
 engine's venv, `nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the
 zero-overhead limit), accel and, where it imports, Hugging Face Accelerate side by side in one run,
 the contenders interleaved round by round. A cell is the median of the rounds; ± is half their
-range, in % of the median. Ratios are taken within each round, then their median is shown. Only
-ratios are claims: absolute numbers are this machine's. On one CUDA machine,
+range, in % of the median. Ratios are taken within each round, then their median is shown with, in
+brackets, a distribution-free interval of it: the narrowest pair of ordered per-round ratios that
+holds the true median with at least 90% binomial coverage (fewer than 5 rounds reach no such pair, so
+their full range is shown, with the lower coverage it reaches). A target on such a ratio is met when
+the whole interval satisfies it, missed when the whole interval violates it and undecided when the
+interval straddles its bound (more rounds or a quieter machine decide it); a target on one contender,
+or on a ratio of unpaired rounds, is judged on the median alone. Only ratios are claims: absolute
+numbers are this machine's. On one CUDA machine,
 `bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their folders, nothing
 fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16 against the loop by
 hand, the device and process group, DDP vs FSDP2 memory and the GPU head-to-head, into

@@ -1,10 +1,11 @@
-"""The results of a run as one JSON-ready record: per figure the samples, medians, spreads, ratios and
-whether its target was met; written as `<output>/<date>-<machine>.json`."""
+"""The results of a run as one JSON-ready record: per figure the samples, medians, spreads, ratios (with
+the interval of a paired ratio's median) and whether its target was met; written as
+`<output>/<date>-<machine>.json`."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,15 @@ def measurement_record(module: str, measurement: Measurement, quick: bool = Fals
         for name in CONTENDERS
         if (summary := stats.summarize(measurement.samples.get(name, []))) is not None
     }
-    ratios = {}
+    ratios: dict[str, stats.Summary] = {}
     for numerator, denominator in RATIOS:
         summary = stats.ratio(
             measurement.samples.get(numerator, []), measurement.samples.get(denominator, [])
         )
         if summary is not None:
-            ratios[f"{numerator}/{denominator}"] = summary.as_dict()
-    record["summary"], record["ratios"] = summaries, ratios
+            ratios[f"{numerator}/{denominator}"] = summary
+    record["summary"] = summaries
+    record["ratios"] = {key: summary.as_dict() for key, summary in ratios.items()}
     record["target_status"] = record["target_detail"] = None
     if measurement.target and quick:
         record["target_status"], record["target_detail"] = targets.UNCHECKED, "quick run"
@@ -41,7 +43,7 @@ def measurement_record(module: str, measurement: Measurement, quick: bool = Fals
             status, detail = targets.check(
                 measurement.target,
                 {name: cell["median"] for name, cell in summaries.items()},
-                {key: cell["median"] for key, cell in ratios.items()},
+                ratios,
             )
         except targets.TargetError as error:
             status, detail = targets.UNCHECKED, str(error)
@@ -86,7 +88,25 @@ def load(path: Path) -> dict[str, Any]:
         raise SystemExit(f"benchmarks: cannot read results file {path}: {error}") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise SystemExit(f"benchmarks: {path} is not a results file of schema {SCHEMA}")
+    quick = bool(record.get("options", {}).get("quick", False))
+    record["measurements"] = [
+        rejudged(measured, quick) if predates_intervals(measured) else measured
+        for measured in record.get("measurements", [])
+    ]
     return record
+
+
+def predates_intervals(record: dict[str, Any]) -> bool:
+    """Return whether `record` was written before ratios carried the interval of their median."""
+    return any("interval" not in cell for cell in (record.get("ratios") or {}).values())
+
+
+def rejudged(record: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """Return `record` with its summaries, ratios and verdict derived again from its samples: an older
+    record's verdict rested on the median alone, which the README would otherwise repeat."""
+    known = {field.name for field in fields(Measurement)}
+    measurement = Measurement(**{key: value for key, value in record.items() if key in known})
+    return measurement_record(record.get("module", ""), measurement, quick)
 
 
 def latest(folder: Path) -> Path | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.measurement import ACCEL, ACCELERATE, RAW
-from benchmarks.targets import MISSED
+from benchmarks.stats import CONFIDENCE
+from benchmarks.targets import MISSED, UNCHECKED, UNDECIDED
 
 HEADER = ("figure", "raw", "accel", "Accelerate", "accel/raw", "accel/Accelerate", "target")
 
@@ -18,18 +19,24 @@ def number(value: float) -> str:
 
 
 def _cell(summary: dict[str, Any] | None, digits: str | None = None) -> str:
+    """Return the median and its spread: for a ratio of paired rounds the interval of the median (and
+    its coverage where too few rounds fall short of the usual), so spread reads against the target."""
     if summary is None:
         return "-"
     median = f"{summary['median']:.3f}" if digits == "ratio" else number(summary["median"])
     if summary["rounds"] < 2:
         return median
-    return f"{median} ±{summary['spread_pct']:.1f}%"
+    interval = summary.get("interval")  # absent from records written before intervals
+    if interval is None:
+        return f"{median} ±{summary['spread_pct']:.1f}%"
+    shortfall = f" ({interval['coverage']:.0%})" if interval["coverage"] < CONFIDENCE else ""
+    return f"{median} [{interval['low']:.3f}, {interval['high']:.3f}]{shortfall}"
 
 
 def _target(record: dict[str, Any]) -> str:
     if not record.get("target"):
         return ""
-    status = record.get("target_status") or "not checked"
+    status = record.get("target_status") or UNCHECKED
     return f"{status.upper() if status == MISSED else status} ({record['target']})"
 
 
@@ -99,12 +106,14 @@ def markdown(run: dict[str, Any]) -> str:
 
 
 def footnotes(run: dict[str, Any]) -> list[str]:
-    """Return the lines that explain the table: absent contenders, failed figures, missed targets."""
+    """Return the lines that explain the table: absent contenders, failed figures, then the missed
+    targets and, apart from them, the undecided ones."""
     notes = [f"{name} absent: {reason}" for name, reason in run.get("absent", {}).items()]
     for name, figure in run.get("figures", {}).items():
         if figure.get("error"):
             notes.append(f"figure {name} failed: {figure['error']}")
-    missed = [r for r in run["measurements"] if r.get("target_status") == MISSED]
-    for record in missed:
-        notes.append(f"target missed: {record['figure']}: {record['target_detail']}")
+    for status in (MISSED, UNDECIDED):
+        for record in run["measurements"]:
+            if record.get("target_status") == status:
+                notes.append(f"target {status}: {record['figure']}: {record['target_detail']}")
     return notes

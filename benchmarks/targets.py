@@ -1,4 +1,6 @@
-"""The targets a figure declares ("accel/raw>=0.99", "accel<0.1"), parsed and checked against the medians."""
+"""The targets a figure declares ("accel/raw>=0.99", "accel<0.1"), parsed and checked: a ratio of
+paired rounds against the interval of its median (so noise reads as undecided, not as a verdict), a
+contender or a ratio without paired rounds against its median."""
 
 from __future__ import annotations
 
@@ -7,8 +9,11 @@ import re
 from collections.abc import Callable
 
 from benchmarks.measurement import CONTENDERS
+from benchmarks.stats import Interval, Summary
 
-MET, MISSED, UNCHECKED = "met", "missed", "not checked"
+MET, MISSED, UNDECIDED, UNCHECKED = "met", "missed", "undecided", "not checked"
+# A target's status is its worst clause's: a missed clause outweighs an undecided one, and so on.
+_SEVERITY = (MET, UNCHECKED, UNDECIDED, MISSED)
 
 _OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -45,24 +50,47 @@ def parse(target: str) -> list[tuple[str, str | None, str, float]]:
     return clauses
 
 
-def check(target: str, medians: dict[str, float], ratios: dict[str, float]) -> tuple[str, str]:
-    """Return (status, detail): met only when every clause holds; not checked when a value is missing.
+def check(target: str, medians: dict[str, float], ratios: dict[str, Summary]) -> tuple[str, str]:
+    """Return (status, detail): met only when every clause holds; the worst clause's status otherwise.
 
-    `medians` maps a contender to its median, `ratios` maps "a/b" to the ratio of a to b.
+    `medians` maps a contender to its median, `ratios` maps "a/b" to the summary of the ratio of a to b.
     """
     details, status = [], MET
     for lhs, divisor, op, bound in parse(target):
         key = f"{lhs}/{divisor}" if divisor else lhs
-        value = ratios.get(key) if divisor else medians.get(lhs)
+        if divisor:
+            summary = ratios.get(key)
+            value, interval = (summary.median, summary.interval) if summary is not None else (None, None)
+        else:
+            value, interval = medians.get(lhs), None
         if value is None:
-            details.append(f"{key}: not measured")
-            if status == MET:
-                status = UNCHECKED
-            continue
-        holds = _OPERATORS[op](value, bound)
-        details.append(
-            f"{key} = {value:.3g} {op} {bound:g}" if holds else f"{key} = {value:.3g}, not {op} {bound:g}"
-        )
-        if not holds:
-            status = MISSED
+            clause, detail = UNCHECKED, f"{key}: not measured"
+        elif interval is None:
+            clause, detail = _median_verdict(key, value, op, bound)
+        else:
+            clause, detail = _interval_verdict(key, value, interval, op, bound)
+        details.append(detail)
+        status = max(status, clause, key=_SEVERITY.index)
     return status, "; ".join(details)
+
+
+def _median_verdict(key: str, value: float, op: str, bound: float) -> tuple[str, str]:
+    """Judge a clause on the median alone: what a single contender or an unpaired ratio offers."""
+    if _OPERATORS[op](value, bound):
+        return MET, f"{key} = {value:.3g} {op} {bound:g}"
+    return MISSED, f"{key} = {value:.3g}, not {op} {bound:g}"
+
+
+def _interval_verdict(key: str, value: float, interval: Interval, op: str, bound: float) -> tuple[str, str]:
+    """Judge a clause on the whole interval of the median: met or missed only where all of it agrees."""
+    holds = _OPERATORS[op]
+    within = f"{interval.coverage:.0%} interval {interval.low:.3g}-{interval.high:.3g}"
+    low_holds, high_holds = holds(interval.low, bound), holds(interval.high, bound)
+    if low_holds and high_holds:
+        return MET, f"{key} = {value:.3g} {op} {bound:g} across its {within}"
+    if not low_holds and not high_holds:
+        return MISSED, f"{key} = {value:.3g}, not {op} {bound:g} across its {within}"
+    return (
+        UNDECIDED,
+        f"{key} = {value:.3g} ({within}) straddles {bound:g}: more rounds or a quieter machine needed",
+    )

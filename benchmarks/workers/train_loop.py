@@ -4,6 +4,10 @@ or through Hugging Face Accelerate; one block is one epoch of a model's loader.
     <launcher> train_loop.py --contender raw|accel|accelerate --precision no|bf16 --accumulation N
         --models mlp,transformer [--batches N] [--quick] --connect HOST:PORT --job NAME
 
+Models: "mlp" (3 x Linear 512, SGD), "transformer" (an encoder, AdamW), and "mlp<W>" such as
+"mlp1024" (3 x Linear W, AdamW, the `scaling` figure's model-size curve). Every answer also holds
+the model's parameter count.
+
 A block is a whole epoch so that no prepared loader is left half-walked while another model's runs
 (a loader's end is what Accelerate and accel read to sync an accumulation step).
 """
@@ -11,6 +15,7 @@ A block is a whole epoch so that no prepared loader is left half-walked while an
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -27,14 +32,36 @@ ENCODER_WIDTH, ENCODER_LAYERS, ENCODER_HEADS, SEQUENCE = 256, 4, 4, 128
 BATCH = {"mlp": 64, "transformer": 4}
 # Batches per process in one epoch of each model: one block of work.
 BATCHES = {"mlp": 64, "transformer": 8}
+# "mlp<W>": the MLP at width W, trained with AdamW; its batch and default batches are the MLP's.
+WIDE_MLP = re.compile(r"mlp([1-9][0-9]*)")
+
+
+def mlp_width(name: str) -> int | None:
+    """Return the width of an MLP model ("mlp": MLP_WIDTH, "mlp<W>": W), else None."""
+    if name == "mlp":
+        return MLP_WIDTH
+    match = WIDE_MLP.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def known_model(name: str) -> bool:
+    return name in BATCH or mlp_width(name) is not None
+
+
+def batch_size(name: str, quick: bool) -> int:
+    """Return a model's per-process batch: every MLP's is BATCH["mlp"]; the encoder's is 1 in quick runs."""
+    if mlp_width(name) is not None:
+        return BATCH["mlp"]
+    return 1 if quick and name == "transformer" else BATCH[name]
 
 
 def make_model(name: str) -> torch.nn.Module:
-    if name == "mlp":
+    width = mlp_width(name)
+    if width is not None:
         layers: list[torch.nn.Module] = []
         for _ in range(MLP_LAYERS - 1):
-            layers += [torch.nn.Linear(MLP_WIDTH, MLP_WIDTH), torch.nn.ReLU()]
-        layers.append(torch.nn.Linear(MLP_WIDTH, MLP_WIDTH))
+            layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+        layers.append(torch.nn.Linear(width, width))
         return torch.nn.Sequential(*layers)
     layer = torch.nn.TransformerEncoderLayer(
         ENCODER_WIDTH, ENCODER_HEADS, dim_feedforward=4 * ENCODER_WIDTH, batch_first=True
@@ -51,7 +78,8 @@ def make_optimizer(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
 def make_dataset(name: str, batch: int, batches: int, world: int) -> TensorDataset:
     """Return `batches` batches per process of random inputs and targets of the model's shape."""
     generator = torch.Generator().manual_seed(0)
-    shape = (MLP_WIDTH,) if name == "mlp" else (SEQUENCE, ENCODER_WIDTH)
+    width = mlp_width(name)
+    shape = (width,) if width is not None else (SEQUENCE, ENCODER_WIDTH)
     rows = batch * batches * world
     return TensorDataset(
         torch.randn(rows, *shape, generator=generator), torch.randn(rows, *shape, generator=generator)
@@ -84,12 +112,13 @@ def raw_tasks(args: argparse.Namespace) -> tuple[dict[str, Task], Callable[[], N
         torch.manual_seed(0)
         model = torch.nn.parallel.DistributedDataParallel(make_model(name))
         optimizer = make_optimizer(name, model)
-        batch = BATCH[name] if not args.quick else 1 if name == "transformer" else BATCH[name]
+        batch = batch_size(name, args.quick)
         dataset = make_dataset(name, batch, args.batches[name], world)
         sampler: DistributedSampler[Any] = DistributedSampler(dataset, shuffle=True, seed=0)
         loader = DataLoader(dataset, batch_size=batch, sampler=sampler)
         tasks[name] = Task(
-            _raw_epoch(args, model, optimizer, loader, Epochs(sampler.set_epoch), batch * world)
+            _raw_epoch(args, model, optimizer, loader, Epochs(sampler.set_epoch), batch * world),
+            extras=_parameters(model),
         )
     return tasks, dist.barrier, dist.get_rank()
 
@@ -130,13 +159,14 @@ def library_tasks(args: argparse.Namespace) -> tuple[dict[str, Task], Callable[[
         torch.manual_seed(0)
         model = make_model(name)
         optimizer = make_optimizer(name, model)
-        batch = BATCH[name] if not args.quick else 1 if name == "transformer" else BATCH[name]
+        batch = batch_size(name, args.quick)
         dataset = make_dataset(name, batch, args.batches[name], accelerator.num_processes)
         loader = DataLoader(dataset, batch_size=batch, shuffle=True)
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
         samples = batch * accelerator.num_processes
         tasks[name] = Task(
-            _library_epoch(args, accelerator, model, optimizer, loader, Epochs(loader.set_epoch), samples)
+            _library_epoch(args, accelerator, model, optimizer, loader, Epochs(loader.set_epoch), samples),
+            extras=_parameters(model),
         )
     return tasks, accelerator.wait_for_everyone, accelerator.process_index
 
@@ -160,14 +190,20 @@ def _library_epoch(args: argparse.Namespace, accelerator: Any, model: Any, optim
     return run
 
 
+def _parameters(model: torch.nn.Module) -> Callable[[], dict[str, float]]:
+    """Return the extras of a model's answers: its parameter count."""
+    count = float(sum(parameter.numel() for parameter in model.parameters()))
+    return lambda: {"parameters": count}
+
+
 def batch_counts(text: str) -> dict[str, int]:
-    """Parse "mlp=64,transformer=8"."""
+    """Parse "mlp=64,transformer=8" (or "mlp1024=16")."""
     counts = {}
     for item in text.split(","):
         name, _, count = item.partition("=")
-        if name not in BATCH or not count.isdigit() or int(count) < 1:
+        if not known_model(name) or not count.isdigit() or int(count) < 1:
             raise argparse.ArgumentTypeError(
-                f"{item!r} is not <model>=<batches> with a model of {sorted(BATCH)}"
+                f"{item!r} is not <model>=<batches> with a model of {sorted(BATCH)} or mlp<width>"
             )
         counts[name] = int(count)
     return {**BATCHES, **counts}
@@ -184,6 +220,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the encoder on batches of 1")
     add_arguments(parser)
     args = parser.parse_args()
+    unknown = [name for name in args.models if not known_model(name)]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(BATCH)}, mlp<width>)")
+    # An "mlp<W>" not named in --batches walks the MLP's batches per epoch.
+    args.batches = {**{name: BATCHES["mlp"] for name in args.models if name not in BATCH}, **args.batches}
     for name, count in args.batches.items():
         if count % args.accumulation:
             parser.error(f"--batches {name}={count} is not a multiple of --accumulation {args.accumulation}")

@@ -1,0 +1,181 @@
+"""A benchmark target's verdict rests on the interval of a paired ratio's median, not on the median
+alone: the interval from order statistics, its coverage, met / missed / undecided, the table and
+README cells, and older results files (without intervals) that still load and render. Pure
+functions only: no process is started."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a folder of the repository, not an installed package
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks import readme, report, stats, table, targets  # noqa: E402
+from benchmarks.measurement import Measurement  # noqa: E402
+
+
+def _ratio(median: float, low: float, high: float, coverage: float = 0.9, rounds: int = 9) -> stats.Summary:
+    return stats.Summary(median, low, high, 0.0, rounds, stats.Interval(low, high, coverage))
+
+
+# The interval of the median ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("n", "k", "reached"),
+    [
+        (3, 1, 0.75),  # 1 - 2/8: no pair reaches 90%, so the full range and what it reaches
+        (5, 1, 0.9375),  # 1 - 2/32
+        (7, 1, 0.984375),  # 1 - 2/128; x(2), x(6) would reach only 0.875
+        (9, 2, 0.9609375),  # 1 - 2*(1+9)/512; x(3), x(7) would reach only 0.82
+        (15, 4, 0.96484375),  # 1 - 2*(1+15+105+455)/32768; x(5), x(11) would reach only 0.88
+    ],
+)
+def test_the_narrowest_pair_of_order_statistics_that_reaches_90_percent(
+    n: int, k: int, reached: float
+) -> None:
+    assert stats.order_statistic(n) == k
+    assert stats.coverage(n, k) == pytest.approx(reached)
+    if k + 1 <= (n + 1) // 2:
+        assert stats.coverage(n, k + 1) < stats.CONFIDENCE
+
+
+def test_the_interval_of_known_data() -> None:
+    assert stats.median_interval([5.0, 1.0, 4.0, 2.0, 3.0]) == stats.Interval(1.0, 5.0, 0.9375)
+    nine = [9.0, 2.0, 7.0, 1.0, 5.0, 3.0, 8.0, 4.0, 6.0]
+    assert stats.median_interval(nine) == stats.Interval(2.0, 8.0, 0.9609375)
+    fifteen = [float(value) for value in range(15, 0, -1)]
+    assert stats.median_interval(fifteen) == stats.Interval(4.0, 12.0, 0.96484375)
+    assert stats.median_interval([]) is None
+
+
+def test_only_a_ratio_of_paired_rounds_carries_an_interval() -> None:
+    paired = stats.ratio([2.0, 3.0, 4.0], [2.0, 2.0, 2.0])
+    assert paired is not None and paired.median == 1.5
+    assert paired.interval == stats.Interval(1.0, 2.0, 0.75)
+    unpaired = stats.ratio([2.0, 3.0, 4.0], [2.0, 2.0])
+    assert unpaired is not None and unpaired.median == 1.5 and unpaired.interval is None
+    contender = stats.summarize([2.0, 3.0, 4.0])
+    assert contender is not None and contender.interval is None
+
+
+# The verdict ---------------------------------------------------------------------------------------
+def test_met_when_the_whole_interval_satisfies_the_bound() -> None:
+    status, detail = targets.check("accel/raw>=0.99", {}, {"accel/raw": _ratio(1.02, 0.995, 1.05)})
+    assert status == targets.MET
+    assert detail == "accel/raw = 1.02 >= 0.99 across its 90% interval 0.995-1.05"
+
+
+def test_missed_when_the_whole_interval_violates_the_bound() -> None:
+    status, detail = targets.check("accel/raw<=1.05", {}, {"accel/raw": _ratio(1.2, 1.1, 1.3, 0.9375)})
+    assert status == targets.MISSED
+    assert detail == "accel/raw = 1.2, not <= 1.05 across its 94% interval 1.1-1.3"
+
+
+def test_undecided_when_the_interval_straddles_the_bound() -> None:
+    status, detail = targets.check("accel/raw>=0.99", {}, {"accel/raw": _ratio(0.983, 0.91, 1.06)})
+    assert status == targets.UNDECIDED
+    assert detail == (
+        "accel/raw = 0.983 (90% interval 0.91-1.06) straddles 0.99: more rounds or a quieter machine needed"
+    )
+
+
+def test_a_contender_and_an_unpaired_ratio_are_judged_on_their_median() -> None:
+    assert targets.check("accel<0.1", {"accel": 0.085}, {})[0] == targets.MET
+    assert targets.check("accel<0.1", {"accel": 0.12}, {})[0] == targets.MISSED
+    unpaired = stats.Summary(0.983, 0.983, 0.983, 0.0, 5)
+    status, detail = targets.check("accel/raw>=0.99", {}, {"accel/raw": unpaired})
+    assert (status, detail) == (targets.MISSED, "accel/raw = 0.983, not >= 0.99")
+
+
+def test_a_target_takes_its_worst_clause() -> None:
+    straddling = {"accel/raw": _ratio(0.97, 0.85, 0.99)}  # straddles 0.98, lies wholly below 1.1
+    assert targets.check("accel/raw<1.1;accel/raw<0.98", {}, straddling)[0] == targets.UNDECIDED
+    assert targets.check("accel/raw<0.98;accel/raw>1", {}, straddling)[0] == targets.MISSED
+    assert targets.check("accel/raw<0.98;accel<1", {}, straddling)[0] == targets.UNDECIDED
+    assert targets.check("accel/raw<1.1;accel<1", {}, straddling)[0] == targets.UNCHECKED
+
+
+# Records, table and README -------------------------------------------------------------------------
+def _run(measurements: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema": report.SCHEMA,
+        "date": "2026-12-02T23:54:10Z",
+        "machine": {"hostname": "vm", "cpu": "a CPU", "cores": 2, "platform": "Linux"},
+        "versions": {"python": "3.11.7"},
+        "options": {"quick": False, "rounds": 3, "only": None, "contenders": ["raw", "accel"]},
+        "absent": {},
+        "figures": {"nd_parallel": {"seconds": 1.0, "error": None}},
+        "measurements": measurements,
+        "plots": [],
+    }
+
+
+def _measurement(accel: list[float], target: str = "accel/raw>=0.99") -> Measurement:
+    return Measurement(
+        figure="N-D train, HSDP 2x2",
+        group="nd_parallel",
+        unit="steps/s",
+        higher_is_better=True,
+        samples={"raw": [1.0] * len(accel), "accel": accel},
+        target=target,
+    )
+
+
+def _old_record() -> dict[str, Any]:
+    """A record as written before intervals: its ratio cells lack one, its verdict read the median."""
+    record = report.measurement_record("nd_parallel", _measurement([0.95, 0.983, 1.2]))
+    for cell in [*record["summary"].values(), *record["ratios"].values()]:
+        del cell["interval"]
+    record["target_status"], record["target_detail"] = "missed", "accel/raw = 0.983, not >= 0.99"
+    return record
+
+
+def test_a_record_holds_the_interval_and_its_verdict_in_json() -> None:
+    record = json.loads(
+        json.dumps(report.measurement_record("nd_parallel", _measurement([0.95, 0.983, 1.2])))
+    )
+    assert record["ratios"]["accel/raw"]["interval"] == {"low": 0.95, "high": 1.2, "coverage": 0.75}
+    assert record["summary"]["accel"]["interval"] is None
+    assert record["target_status"] == targets.UNDECIDED
+    quick = report.measurement_record("nd_parallel", _measurement([0.95]), quick=True)
+    assert quick["target_status"] == targets.UNCHECKED
+
+
+def test_the_table_shows_the_interval_and_names_missed_and_undecided_targets_apart() -> None:
+    undecided = report.measurement_record("nd_parallel", _measurement([0.91, 0.95, 0.983, 1.01, 1.06]))
+    missed = report.measurement_record("nd_parallel", _measurement([0.9, 0.92, 0.93, 0.94, 0.95]))
+    missed["figure"] = "N-D train, DDP"
+    run = _run([undecided, missed])
+    rows = table.rows(run)
+    assert rows[0][4] == "0.983 [0.910, 1.060]" and rows[0][6] == "undecided (accel/raw>=0.99)"
+    assert rows[1][4] == "0.930 [0.900, 0.950]" and rows[1][6] == "MISSED (accel/raw>=0.99)"
+    notes = table.footnotes(run)
+    assert notes[0].startswith("target missed: N-D train, DDP: accel/raw = 0.93, not >= 0.99")
+    assert notes[1].startswith("target undecided: N-D train, HSDP 2x2: accel/raw = 0.983 (94% interval")
+    three = table.rows(_run([report.measurement_record("nd_parallel", _measurement([0.95, 0.983, 1.2]))]))
+    assert three[0][4] == "0.983 [0.950, 1.200] (75%)"  # too few rounds for 90%: says what it reached
+    assert "undecided when the" in readme.HOW_TO_RUN and "90% binomial coverage" in readme.HOW_TO_RUN
+
+
+def test_an_old_record_without_intervals_renders_as_written(tmp_path: Path) -> None:
+    run = _run([_old_record()])
+    assert table.rows(run)[0][4].startswith("0.983 ±")
+    text = readme.render(run, tmp_path / "old.json", tmp_path / "README.md")
+    assert "MISSED (accel/raw>=0.99)" in text and "- target missed: N-D train, HSDP 2x2" in text
+    assert "N-D train, HSDP 2x2" in table.text(run)
+
+
+def test_an_old_results_file_loads_with_its_verdict_judged_again(tmp_path: Path) -> None:
+    path = tmp_path / "2026-12-02-235410-vm-2cpu.json"
+    path.write_text(json.dumps(_run([_old_record()])))
+    [record] = report.load(path)["measurements"]
+    assert record["ratios"]["accel/raw"]["interval"] == {"low": 0.95, "high": 1.2, "coverage": 0.75}
+    assert record["target_status"] == targets.UNDECIDED
+    assert "straddles 0.99" in record["target_detail"]
+    text = readme.render(report.load(path), path, tmp_path / "README.md")
+    assert "| 0.983 [0.950, 1.200] (75%) |" in text and "- target undecided: N-D train, HSDP 2x2" in text
