@@ -23,6 +23,31 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_times() -> list[int] | None:
+    """Return the machine's CPU time counters so far (Linux's /proc/stat "cpu" line), or None."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    return [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+
+
+def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
+    """Return the % of CPU time between two `cpu_times` that the hypervisor gave to other guests.
+
+    On a shared virtual machine this is the noise no interleaving removes: every contender's
+    rounds slow down and vary with it, so the README reports it beside the figures.
+    """
+    if before is None or after is None:
+        return None
+    spent = [later - earlier for earlier, later in zip(before, after, strict=True)]
+    total = sum(spent)
+    return round(100 * spent[7] / total, 1) if total > 0 else None
+
+
 def describe() -> dict[str, str | int]:
     """Return hostname, CPU model, core count and OS of this machine."""
     return {

@@ -54,6 +54,7 @@ def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
         + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items()),
         f"- {QUICK if options['quick'] else str(options['rounds']) + ' rounds'}"
         + (f", figures: {', '.join(options['only'])}" if options.get("only") else ""),
+        *_contention(run),
         "",
         "## Results",
         "",
@@ -83,3 +84,21 @@ def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
 def write(run: dict[str, Any], results_file: Path, readme: Path) -> None:
     readme.parent.mkdir(parents=True, exist_ok=True)
     readme.write_text(render(run, results_file, readme))
+
+
+def _contention(run: dict[str, Any]) -> list[str]:
+    """Return the line saying how much CPU the hypervisor took during the run (none where unknown)."""
+    steal = run["machine"].get("steal_pct")
+    if steal is None:
+        return []
+    per_figure = [
+        f"{name} {figure['steal_pct']:g}%"
+        for name, figure in run.get("figures", {}).items()
+        if figure.get("steal_pct") is not None
+    ]
+    line = f"- CPU time taken by the hypervisor for other guests (steal) during the run: {steal:g}%" + (
+        f" ({', '.join(per_figure)})" if per_figure else ""
+    )
+    if steal >= 2:
+        line += ": every contender slowed and varied with it, which interleaving cannot remove"
+    return [line]

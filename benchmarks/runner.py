@@ -165,12 +165,18 @@ def main(argv: list[str] | None = None) -> None:
     for name, reason in absent.items():
         print(f"benchmarks: {name} absent: {reason}", file=sys.stderr)
     records, figures = [], {}
+    run_started = machine.cpu_times()
     for name in args.figures:
         print(f"benchmarks: measuring {name} ...", file=sys.stderr, flush=True)
+        figure_started = machine.cpu_times()
         measurements, figures[name] = run_figure(name, options)
+        figures[name]["steal_pct"] = machine.steal_percent(figure_started, machine.cpu_times())
         records += [report.measurement_record(name, measurement, args.quick) for measurement in measurements]
     now = datetime.now(timezone.utc)
-    described = machine.describe()
+    described: dict[str, Any] = {
+        **machine.describe(),
+        "steal_pct": machine.steal_percent(run_started, machine.cpu_times()),
+    }
     run = report.run_record(
         date=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         machine=described,
