@@ -89,12 +89,12 @@ def write(run: dict[str, Any], results_file: Path, readme: Path) -> None:
 def _contention(run: dict[str, Any]) -> list[str]:
     """Return the line saying how much CPU the hypervisor took during the run (none where unknown)."""
     steal = run["machine"].get("steal_pct")
-    if steal is None:
+    if not isinstance(steal, int | float):  # older results, or a machine without /proc/stat
         return []
     per_figure = [
         f"{name} {figure['steal_pct']:g}%"
         for name, figure in run.get("figures", {}).items()
-        if figure.get("steal_pct") is not None
+        if isinstance(figure.get("steal_pct"), int | float)
     ]
     line = f"- CPU time taken by the hypervisor for other guests (steal) during the run: {steal:g}%" + (
         f" ({', '.join(per_figure)})" if per_figure else ""

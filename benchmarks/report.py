@@ -89,10 +89,14 @@ def load(path: Path) -> dict[str, Any]:
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise SystemExit(f"benchmarks: {path} is not a results file of schema {SCHEMA}")
     quick = bool(record.get("options", {}).get("quick", False))
-    record["measurements"] = [
-        rejudged(measured, quick) if predates_intervals(measured) else measured
-        for measured in record.get("measurements", [])
-    ]
+    measurements = []
+    for measured in record.get("measurements", []):
+        try:
+            measurements.append(rejudged(measured, quick) if predates_intervals(measured) else measured)
+        except (TypeError, ValueError, AttributeError) as error:
+            figure = measured.get("figure", "?") if isinstance(measured, dict) else repr(measured)[:60]
+            raise SystemExit(f"benchmarks: {path}: measurement {figure!r} cannot be read: {error}") from None
+    record["measurements"] = measurements
     return record
 
 

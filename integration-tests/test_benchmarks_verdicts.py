@@ -179,3 +179,15 @@ def test_an_old_results_file_loads_with_its_verdict_judged_again(tmp_path: Path)
     assert "straddles 0.99" in record["target_detail"]
     text = readme.render(report.load(path), path, tmp_path / "README.md")
     assert "| 0.983 [0.950, 1.200] (75%) |" in text and "- target undecided: N-D train, HSDP 2x2" in text
+
+
+def test_an_old_record_that_cannot_be_judged_again_is_one_line_naming_file_and_figure(tmp_path: Path) -> None:
+    broken = _old_record()
+    del broken["unit"]
+    path = tmp_path / "2026-12-02-235410-vm-2cpu.json"
+    path.write_text(json.dumps(_run([broken])))
+    with pytest.raises(SystemExit) as failure:
+        report.load(path)
+    message = str(failure.value)
+    assert "\n" not in message and str(path) in message and "'N-D train, HSDP 2x2'" in message
+    assert "unit" in message
