@@ -120,3 +120,70 @@ def copy_from_the_main_process():
 
 def test_copy_tensor_to_devices_gives_every_rank_the_main_process_tensor_launch():
     assert run_on_ranks(copy_from_the_main_process, 2) == [[1, 2, 3], [1, 2, 3]]
+
+
+def exchange_inline_payloads():
+    """Collectives whose inputs grow past the exchange's capacity, then travel inline in it."""
+    import torch
+
+    from accel_state import (
+        CollectiveShapeError,
+        PartialState,
+        gather,
+        gather_object,
+        pad_across_processes,
+        reduce,
+    )
+    from accel_state.collectives.capacity import capacity_of
+
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+
+    wrong, capacities = [], []
+    # 16 bytes to 64 KB (the ceiling), each size twice, then 80 KB (never inline); a pad and a
+    # reduce between the gathers, as in an evaluation loop.
+    for elements in (4, 300, 300, 5000, 5000, 16384, 16384, 20000, 20000, 300):
+        values = torch.arange(elements, dtype=torch.float32) + rank / 2
+        expected = torch.cat([torch.arange(elements, dtype=torch.float32) + r / 2 for r in range(world)])
+        if not torch.equal(gather(values), expected):
+            wrong.append(f"gather {elements}")
+        if pad_across_processes(torch.ones(rank + 1, 3), dim=0).shape != (world, 3):
+            wrong.append(f"pad after {elements}")
+        for dtype in (torch.float32, torch.bfloat16, torch.int32, torch.int64):
+            rows = [(torch.arange(elements % 700 + 1) * (r + 1) - r).to(dtype) for r in range(world)]
+            mine = rows[rank].clone()
+            for reduction, combine in (("sum", torch.add), ("max", torch.maximum), ("min", torch.minimum)):
+                want = rows[0]
+                for row in rows[1:]:
+                    want = combine(want, row)
+                got = reduce(mine, reduction=reduction)
+                if got.dtype != dtype or not torch.equal(got, want):
+                    wrong.append(f"reduce {reduction} {dtype} {elements}")
+            mean = reduce(mine, reduction="mean", scale=2.0)
+            if not torch.allclose(mean.float(), sum(r.float() for r in rows) / world * 2, rtol=1e-2):
+                wrong.append(f"reduce mean {dtype} {elements}")
+        if not torch.equal(mine, rows[rank]):
+            wrong.append("reduce changed its input")
+        capacities.append(capacity_of(state.communicator).bytes)
+    objects = [gather_object([list(range(rank, rank + 2000))]) for _ in range(3)]  # ~10 KB pickled
+    if any(o != [list(range(r, r + 2000)) for r in range(world)] for o in objects):
+        wrong.append("gather_object")
+    # A mismatch after the capacity grew still raises on every rank, and the job goes on.
+    try:
+        gather(torch.ones(16384 - rank))
+        mismatch = ""
+    except CollectiveShapeError as error:
+        mismatch = str(error)
+    after = gather(torch.tensor([rank])).tolist()
+    return {"wrong": wrong, "capacities": capacities, "mismatch": mismatch, "after": after}
+
+
+@pytest.mark.parametrize("num_processes", [2, 3])
+def test_inputs_travel_inline_once_the_capacity_grew_and_every_rank_agrees_on_it_launch(num_processes):
+    results = run_on_ranks(exchange_inline_payloads, num_processes)
+    for got in results:
+        assert got["wrong"] == []
+        assert got["mismatch"].startswith("gather: tensors differ in shape across ranks")
+        assert got["after"] == list(range(num_processes))
+    assert len({tuple(got["capacities"]) for got in results}) == 1  # the same on every rank
+    assert 65536 in results[0]["capacities"]  # 64 KB gathers travelled inline

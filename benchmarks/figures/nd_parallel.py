@@ -15,7 +15,7 @@ from __future__ import annotations
 from benchmarks.jobs import round_order, run_job
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
-WIDTH, BLOCKS, STEPS, PROCESSES = 512, 6, 8, 4  # 6 * 2 * 512 * 2048 * 4 bytes = 50 MB of fp32 weights
+WIDTH, BLOCKS, STEPS, PROCESSES = 512, 6, 12, 4  # 6 * 2 * 512 * 2048 * 4 bytes = 50 MB of fp32 weights
 QUICK = {"width": 64, "blocks": 2, "steps": 2}
 SHAPES = {"ddp": "DDP", "fsdp": "FSDP2", "hsdp": "HSDP 2x2", "fsdp_tp": "FSDP2 x TP 2x2"}
 QUICK_SHAPES = ("fsdp_tp",)

@@ -10,13 +10,15 @@ import pytest
 import torch
 
 from accel_state import CollectiveShapeError, CollectiveTimeoutError, PartialState
+from accel_state.collectives.capacity import FOLLOWERS, InlineCapacity, capacity_of
 from accel_state.collectives.header import (
-    EXCHANGE_BYTES,
     FIXED_FIELDS,
     HEADER_BYTES,
     HEADER_LENGTH,
-    INLINE_BYTES,
+    INLINE_CEILING,
+    INLINE_FLOOR,
     MAGIC,
+    NEED_FIELD,
     NO_PAYLOAD,
     OUT_OF_RANGE,
     PAYLOAD_FIELD,
@@ -237,7 +239,7 @@ def test_shape_errors_are_never_reported_as_timeouts():
         raise RuntimeError("Timed out waiting 3000ms for recv operation to complete")
 
 
-# Payloads: inputs of at most INLINE_BYTES travel in the header exchange itself.
+# Payloads: inputs that fit the agreed capacity travel in the header exchange itself.
 
 CPU = torch.device("cpu")
 
@@ -246,7 +248,7 @@ def payload_table(*tensor_lists):
     """Return the payloads an all_gather of each rank's exchange gives, and rank 0's offsets."""
     exchanges = [exchange_tensor(describe("gather", ts), CPU, tensor_bytes(ts, CPU)) for ts in tensor_lists]
     table = torch.stack([exchange for exchange, _ in exchanges])
-    assert table.shape == (len(tensor_lists), EXCHANGE_BYTES)
+    assert table.shape == (len(tensor_lists), HEADER_BYTES + INLINE_FLOOR)
     return table[:, HEADER_BYTES:], exchanges[0][1]
 
 
@@ -273,20 +275,30 @@ def test_views_conjugates_and_tensors_requiring_grad_are_sent_by_value():
 
 
 def test_inputs_too_large_or_on_another_device_type_do_not_travel_inline():
-    def travels(tensors):
+    def travels(tensors, capacity=INLINE_FLOOR):
         pieces = tensor_bytes(tensors, CPU)
-        return pieces is not None and payload_layout([p.numel() for p in pieces]) is not None
+        if pieces is None:
+            return False
+        _, offsets = exchange_tensor(describe("gather", tensors), CPU, pieces, capacity)
+        return bool(offsets)
 
-    assert travels([torch.ones(INLINE_BYTES // 4)])
-    assert not travels([torch.ones(INLINE_BYTES // 4 + 1)])
-    assert not travels([torch.ones(2), torch.ones(INLINE_BYTES // 4)])  # alignment leaves no room
+    assert travels([torch.ones(INLINE_FLOOR // 4)])
+    assert not travels([torch.ones(INLINE_FLOOR // 4 + 1)])
+    assert travels([torch.ones(INLINE_FLOOR // 4 + 1)], capacity=2 * INLINE_FLOOR)
+    assert not travels([torch.ones(2), torch.ones(INLINE_FLOOR // 4)])  # alignment leaves no room
     assert not travels([])
+    assert payload_layout([]) is None
     assert tensor_bytes([torch.ones(2, device="meta")], CPU) is None
     exchange, offsets = exchange_tensor(
         describe("gather", torch.ones(2000)), CPU, tensor_bytes([torch.ones(2000)], CPU)
     )
-    assert offsets == [] and exchange.numel() == EXCHANGE_BYTES
-    assert exchange[:HEADER_BYTES].view(torch.int64)[PAYLOAD_FIELD].item() == NO_PAYLOAD
+    assert offsets == [] and exchange.numel() == HEADER_BYTES + INLINE_FLOOR
+    header = exchange[:HEADER_BYTES].view(torch.int64)
+    assert header[PAYLOAD_FIELD].item() == NO_PAYLOAD
+    assert header[NEED_FIELD].item() == 8000  # what it would have needed: the next capacity grows
+    huge = torch.ones(INLINE_CEILING // 4 + 1)
+    exchange, _ = exchange_tensor(describe("gather", huge), CPU, tensor_bytes([huge], CPU), INLINE_CEILING)
+    assert exchange[:HEADER_BYTES].view(torch.int64)[NEED_FIELD].item() == 0  # never inline: no need
 
 
 class TwoRanks:
@@ -299,7 +311,8 @@ class TwoRanks:
         self.object_exchanges = 0
 
     def all_gather_into(self, out, tensor):
-        out.copy_(torch.cat([tensor, exchange_tensor(self.peer, CPU, self.peer_pieces)[0]]))
+        capacity = capacity_of(self).bytes  # the peer computed the same one from the same exchanges
+        out.copy_(torch.cat([tensor, exchange_tensor(self.peer, CPU, self.peer_pieces, capacity)[0]]))
 
     def all_gather_object(self, obj, world_size):
         self.object_exchanges += 1
@@ -354,3 +367,55 @@ def test_check_collectives_is_on_unless_set_to_false_and_debug_mode_always_check
         else:
             monkeypatch.setenv(name, value)
     assert PartialState().check_collectives is checked
+
+
+# Capacity: the payload size of the next exchange, computed alike on every rank from past headers.
+
+
+def test_capacity_follows_what_came_after_the_same_kind_of_call():
+    gather, pad = 11, 22  # call digests
+    capacity = InlineCapacity()
+    assert capacity.bytes == INLINE_FLOOR
+    capacity.follow(gather, [3000, 10])
+    assert capacity.bytes == INLINE_FLOOR  # nothing is known yet of what follows a gather
+    capacity.follow(gather, [3000, 10])
+    assert capacity.bytes == 4096  # a gather needing 3000 bytes followed: rounded to a power of two
+    capacity.follow(pad, [0, 0])
+    assert capacity.bytes == INLINE_FLOOR  # nothing is known yet of what follows a pad
+    capacity.follow(gather, [3000, 0])
+    assert capacity.bytes == 4096  # after a gather: the most of its last followers (a gather, a pad)
+    capacity.follow(pad, [0, 0])
+    assert capacity.bytes == 4096  # a gather followed a pad once
+    capacity.follow(gather, [10 * INLINE_CEILING, 0])
+    capacity.follow(pad, [0, 0])
+    assert capacity.bytes == INLINE_CEILING  # never more than the ceiling
+    for _ in range(FOLLOWERS):
+        capacity.follow(pad, [0, 0])
+    assert capacity.bytes == INLINE_FLOOR  # the large followers are forgotten
+    capacity.follow(None, [])
+    assert capacity.last is None and capacity.bytes == INLINE_FLOOR  # after a mismatch
+
+
+def test_an_input_that_did_not_fit_travels_inline_from_the_next_call_on():
+    tensor = torch.arange(1000.0)  # 4000 bytes
+    state = TwoRanks(describe("gather", tensor), tensor_bytes([tensor], CPU))
+    first = agree_across_ranks(state, describe("gather", tensor), pieces=tensor_bytes([tensor], CPU))
+    assert not first.all_inline() and first.payload_lengths == [NO_PAYLOAD, NO_PAYLOAD]
+    assert capacity_of(state).bytes == INLINE_FLOOR  # what follows a gather is not known yet
+    again = agree_across_ranks(state, describe("gather", tensor), pieces=tensor_bytes([tensor], CPU))
+    assert not again.all_inline() and capacity_of(state).bytes == 4096
+    second = agree_across_ranks(state, describe("gather", tensor), pieces=tensor_bytes([tensor], CPU))
+    assert second.all_inline() and second.payloads.shape == (2, 4096)
+    gathered = unpack_gathered(second.payloads, second.offsets[0], tensor)
+    assert torch.equal(gathered, torch.cat([tensor, tensor]))
+
+
+def test_a_mismatch_leaves_every_rank_with_the_same_capacity():
+    state = TwoRanks(describe("gather", torch.ones(3, 5)), [torch.ones(60, dtype=torch.uint8)])
+    capacity_of(state).follow(7, [4096])
+    with pytest.raises(CollectiveShapeError):
+        agree_across_ranks(
+            state, describe("gather", torch.ones(2, 5)), pieces=[torch.ones(40, dtype=torch.uint8)]
+        )
+    capacity = capacity_of(state)  # the peer's, too: the mismatched exchange counts as no need
+    assert capacity.last is None and capacity.bytes == INLINE_FLOOR and list(capacity.after[7]) == [0]

@@ -4,16 +4,19 @@ A collective over inputs that differ between ranks returns another rank's bytes 
 aborts a rank inside the transport. So before one, every rank describes its call (operation,
 arguments) and its input (nesting structure; dtype, device and shape of every tensor), encodes the
 description into HEADER_LENGTH int64 values, and the ranks exchange headers in one small
-all_gather of EXCHANGE_BYTES each. That size is the same whatever the input, so the exchange
-cannot mismatch itself; every rank then holds every header, so all of them see a difference at
-once and can raise together.
+all_gather of HEADER_BYTES plus the communicator's inline capacity (`capacity`). That size
+depends only on earlier exchanges, which every rank saw alike, never on this call's input, so the
+exchange cannot mismatch itself; every rank then holds every header, so all of them see a
+difference at once and can raise together.
 
 Header: MAGIC, a digest of the call, a digest of the input, the number of tensors, the number of
 sizes carried (the fields every rank must share), then this rank's payload length and, for
 padding and uneven gathers, each tensor's size along the padded dim. Digests are 64-bit BLAKE2b,
 the same in every process (unlike Python's `hash` of a string). After the header, each rank's
-exchange holds INLINE_BYTES of payload: inputs that small (a metric, a seed, a pickled list)
-travel in the header exchange itself, so checking them costs no extra round trip.
+exchange holds the capacity's bytes of payload: inputs that fit (a metric, a seed, a pickled
+list, a batch of predictions up to INLINE_CEILING) travel in the header exchange itself, so
+checking them costs no extra round trip. Each header also says how many payload bytes its rank
+wanted to send (NEED_FIELD), from which every rank computes the same capacity for the next call.
 """
 
 from __future__ import annotations
@@ -25,17 +28,20 @@ from array import array
 from collections.abc import Mapping
 from typing import Any
 
+import numpy
 import torch
 
 HEADER_LENGTH = 32
-MAGIC = 0x616363656C000002  # "accel" and the layout version
+MAGIC = 0x616363656C000003  # "accel" and the layout version
 COMPARED_FIELDS = 5  # magic, call digest, input digest, tensor count, sizes carried
+CALL_FIELD = 1
 PAYLOAD_FIELD = 5  # this rank's payload length in bytes, or NO_PAYLOAD
-FIXED_FIELDS = 6
+NEED_FIELD = 6  # the payload bytes this rank wanted to send inline (0: none, or more than the ceiling)
+FIXED_FIELDS = 7
 SIZE_CAPACITY = HEADER_LENGTH - FIXED_FIELDS
 HEADER_BYTES = HEADER_LENGTH * 8
-INLINE_BYTES = 1024
-EXCHANGE_BYTES = HEADER_BYTES + INLINE_BYTES  # what each rank sends: its header, then its payload
+INLINE_FLOOR = 1024  # the payload every exchange carries at least
+INLINE_CEILING = 64 * 1024  # inputs larger than this never travel inline (they take their own collective)
 NO_PAYLOAD = -1
 _ALIGNMENT = 16  # of payload offsets, so that the bytes of any dtype can be viewed in place
 OUT_OF_RANGE = -1  # the size of a tensor that has no dim `size_dim` (it is left alone)
@@ -142,15 +148,20 @@ def _call_digest(operation: str, arguments: str) -> int:
     return _digest(f"{operation}({arguments})")
 
 
+@functools.lru_cache(maxsize=256)
+def _tensor_digest(dtype: str, device: str, shape: tuple[int, ...]) -> int:
+    return _digest(f"{dtype}/{device}/{shape}")
+
+
 def _input_digest(description: Description) -> int:
     if description.structure == TENSOR and len(description.tensors) == 1 and not description.problem:
         dtype, device, _ = description.tensors[0]
-        return _digest(f"{dtype}/{device}/{description.compared_shapes()[0]}")
+        return _tensor_digest(dtype, device, description.compared_shapes()[0])
     kinds = ";".join(f"{dtype}/{device}" for dtype, device, _ in description.tensors)
     return _digest(f"{description.structure}|{kinds}|{description.compared_shapes()}|{description.problem}")
 
 
-def encode(description: Description, payload_length: int = NO_PAYLOAD) -> list[int]:
+def encode(description: Description, payload_length: int = NO_PAYLOAD, need: int = 0) -> list[int]:
     """Return the HEADER_LENGTH int64 values that stand for `description` in the exchange."""
     sizes = description.sizes()
     carried = sizes if len(sizes) <= SIZE_CAPACITY else []
@@ -161,6 +172,7 @@ def encode(description: Description, payload_length: int = NO_PAYLOAD) -> list[i
         len(description.tensors),
         len(carried),
         payload_length,
+        need,
         *carried,
     ]
     return header + [0] * (HEADER_LENGTH - len(header))
@@ -188,14 +200,24 @@ def payload_lengths(headers: list[list[int]]) -> list[int]:
     return [header[PAYLOAD_FIELD] for header in headers]
 
 
+def call_kind(headers: list[list[int]]) -> int:
+    """Return the digest of the call (operation and arguments) the ranks agreed on."""
+    return headers[0][CALL_FIELD]
+
+
+def needs(headers: list[list[int]]) -> list[int]:
+    """Return the payload bytes each rank wanted to send inline (what the next capacity is made of)."""
+    return [header[NEED_FIELD] for header in headers]
+
+
 def payload_layout(lengths: list[int]) -> tuple[list[int], int] | None:
-    """Return where pieces of `lengths` bytes go in the payload, and its length; None if they do not fit."""
+    """Return where pieces of `lengths` bytes go in a payload, and its length; None when there are none."""
     offsets, end = [], 0
     for length in lengths:
         start = -(-end // _ALIGNMENT) * _ALIGNMENT
         offsets.append(start)
         end = start + length
-    return (offsets, end) if offsets and end <= INLINE_BYTES else None
+    return (offsets, end) if offsets else None
 
 
 def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor] | None:
@@ -216,32 +238,61 @@ def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[torc
     return pieces
 
 
-@functools.lru_cache(maxsize=8)
-def _zeros(device: torch.device) -> torch.Tensor:
-    return torch.zeros(EXCHANGE_BYTES, dtype=torch.uint8, device=device)
+@functools.lru_cache(maxsize=16)
+def _zeros(device: torch.device, length: int) -> torch.Tensor:
+    return torch.zeros(length, dtype=torch.uint8, device=device)
 
 
 def exchange_tensor(
-    description: Description, device: torch.device, pieces: list[torch.Tensor] | None = None
+    description: Description,
+    device: torch.device,
+    pieces: list[torch.Tensor] | None = None,
+    capacity: int = INLINE_FLOOR,
 ) -> tuple[torch.Tensor, list[int]]:
-    """Return what this rank sends (EXCHANGE_BYTES: its header, then its payload) and the payload offsets.
+    """Return what this rank sends (HEADER_BYTES, then `capacity` bytes of payload) and the offsets.
 
-    `pieces` (uint8, on `device`) travel as the payload when they fit; the offsets are empty when not.
+    `pieces` (uint8, on `device`) travel as the payload when they fit in `capacity`; the offsets
+    are empty when not. The header records the bytes they needed either way.
     """
     layout = payload_layout([piece.numel() for piece in pieces]) if pieces else None
+    need = layout[1] if layout is not None and layout[1] <= INLINE_CEILING else 0
+    if layout is None or layout[1] > capacity:
+        layout = None
     offsets, length = layout if layout is not None else ([], NO_PAYLOAD)
-    header = torch.frombuffer(array("q", encode(description, length)), dtype=torch.uint8)
-    zeros = _zeros(device)
-    parts = [header if device.type == "cpu" else header.to(device)]
-    used = HEADER_BYTES
+    header = encode(description, length, need)
+    if device.type == "cpu":
+        return _cpu_exchange(header, pieces if layout is not None else None, offsets, capacity), offsets
+    zeros = _zeros(device, capacity)
+    parts = [torch.frombuffer(array("q", header), dtype=torch.uint8).to(device)]
+    used = 0
     if pieces and layout is not None:
         for piece, offset in zip(pieces, offsets, strict=True):
-            if HEADER_BYTES + offset > used:  # alignment
-                parts.append(zeros[: HEADER_BYTES + offset - used])
+            if offset > used:  # alignment
+                parts.append(zeros[: offset - used])
             parts.append(piece)
-            used = HEADER_BYTES + offset + piece.numel()
-    parts.append(zeros[: EXCHANGE_BYTES - used])
+            used = offset + piece.numel()
+    if used < capacity:
+        parts.append(zeros[: capacity - used])
     return torch.cat(parts), offsets
+
+
+def _cpu_exchange(
+    header: list[int], pieces: list[torch.Tensor] | None, offsets: list[int], capacity: int
+) -> torch.Tensor:
+    # numpy's slicing costs a fraction of torch's per call: this is every checked collective's path.
+    exchange = numpy.zeros(HEADER_BYTES + capacity, dtype=numpy.uint8)
+    exchange[:HEADER_BYTES].view(numpy.int64)[:] = header
+    for piece, offset in zip(pieces or (), offsets, strict=False):
+        start = HEADER_BYTES + offset
+        exchange[start : start + piece.numel()] = piece.numpy()
+    return torch.from_numpy(exchange)
+
+
+def read_headers(table: torch.Tensor) -> list[list[int]]:
+    """Return every rank's header from the gathered exchanges (world size rows)."""
+    if table.device.type == "cpu":
+        return table.numpy()[:, :HEADER_BYTES].view(numpy.int64).tolist()
+    return table[:, :HEADER_BYTES].view(torch.int64).tolist()
 
 
 def unpack_gathered(payloads: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:

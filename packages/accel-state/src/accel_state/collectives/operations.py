@@ -4,8 +4,9 @@ On one process each is the identity (or its trivial result), so single-process c
 Across processes the ranks first agree on what they bring (`shape_check`: one small header
 exchange), so mismatched inputs raise CollectiveShapeError on every rank, naming each rank's
 shape, dtype or structure, instead of returning garbage or aborting a rank. Padding and uneven
-gathers read the sizes they need from that same exchange, and inputs of at most 1 KB per rank
-(gather, broadcast, the pickled objects) travel in it: for them the check is the collective.
+gathers read the sizes they need from that same exchange, and small inputs (gather, broadcast,
+the pickled objects: up to 64 KB per rank, once the sizes seen lately call for it, see
+`capacity`) travel in it: for them the check is the collective.
 `ACCEL_CHECK_COLLECTIVES=0` skips the check for gather, broadcast and reduce; debug mode
 (`ACCEL_DEBUG_MODE=1`) compares full descriptions every time.
 """
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 from accel_state.collectives.header import (
-    INLINE_BYTES,
+    INLINE_CEILING,
     OUT_OF_RANGE,
     Description,
     describe,
@@ -135,7 +136,7 @@ def _pickled(obj: Any) -> tuple[bytes, str]:
 
 def _inline_bytes(state: PartialState, pickled: bytes) -> list[torch.Tensor] | None:
     """Return `pickled` as the payload's one piece, or None when it is too long to travel inline."""
-    if not pickled or len(pickled) > INLINE_BYTES:
+    if not pickled or len(pickled) > INLINE_CEILING:
         return None
     return [torch.frombuffer(bytearray(pickled), dtype=torch.uint8).to(state.device)]
 
@@ -228,31 +229,75 @@ def broadcast_object_list(objects: list[Any], from_process: int = 0) -> list[Any
 _REDUCTIONS = ("sum", "mean", "max", "min", "none")
 
 
+def _combinable_inline(tensors: list[torch.Tensor], reduction: str) -> bool:
+    """Return True when the ranks can combine `tensors` from the header exchange themselves.
+
+    Real and integer dtypes only (a bool or complex reduce takes the transport's own rules). The
+    answer depends on what the ranks agree on (dtypes, the reduction), so it is the same on all.
+    """
+    return reduction in ("sum", "mean", "max", "min") and all(
+        not (t.dtype.is_complex or t.dtype == torch.bool) for t in tensors
+    )
+
+
+def _combined(agreement: Agreement, tensors: list[torch.Tensor], reduction: str) -> list[torch.Tensor]:
+    """Return each tensor combined over every rank's copy in the payloads, in rank order.
+
+    Every rank adds the same rows in the same order, so every rank holds the same bits.
+    """
+    payloads = agreement.payloads
+    assert payloads is not None  # all_inline
+    results = []
+    for tensor, offset in zip(tensors, agreement.offsets, strict=True):
+        rows = [unpack_one(payloads, rank, offset, tensor) for rank in range(payloads.shape[0])]
+        out = rows[0].clone()
+        for row in rows[1:]:
+            if reduction == "max":
+                torch.maximum(out, row, out=out)
+            elif reduction == "min":
+                torch.minimum(out, row, out=out)
+            else:
+                out += row
+        results.append(out if out.device == tensor.device else out.to(tensor.device))
+    return results
+
+
+def _all_reduce(state: PartialState, tensor: torch.Tensor, reduction: str) -> None:
+    communicator = state.communicator
+    combine = {"max": communicator.all_reduce_max, "min": communicator.all_reduce_min}
+    combine.get(reduction, communicator.all_reduce_sum)(tensor)
+
+
 @names_collective("reduce", checks_itself=True)
 def reduce(data: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
     """Return the element-wise sum (mean, max or min) over ranks of every tensor, times `scale`.
 
     "none" returns each rank's own tensors (times `scale`). Results are detached copies; a
-    DTensor is reduced as its full tensor.
+    DTensor is reduced as its full tensor. Small inputs travel in the check's own exchange and
+    are combined there: one round trip.
     """
     state = _state()
     data = _whole(data)
+    combined = None
     if state.use_distributed and state.check_collectives:
-        _agree(state, describe("reduce", data, arguments=f"reduction={reduction!r}"))
+        tensors = tensor_leaves(data)
+        inline = _combinable_inline(tensors, reduction)
+        description = describe("reduce", data, arguments=f"reduction={reduction!r}")
+        agreement = _agree(state, description, tensor_bytes(tensors, state.device) if inline else None)
+        if agreement.all_inline():
+            combined = iter(_combined(agreement, tensors, reduction))
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduce: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
 
     def combine(tensor: torch.Tensor) -> torch.Tensor:
-        out = tensor.detach().clone()
-        if state.use_distributed and reduction in ("max", "min"):
-            extreme = (
-                state.communicator.all_reduce_max if reduction == "max" else state.communicator.all_reduce_min
-            )
-            extreme(out)
-        elif state.use_distributed and reduction != "none":
-            state.communicator.all_reduce_sum(out)
-            if reduction == "mean":
-                out = out / state.num_processes
+        if combined is not None:
+            out = next(combined)
+        else:
+            out = tensor.detach().clone()
+            if state.use_distributed and reduction != "none":
+                _all_reduce(state, out, reduction)
+        if state.use_distributed and reduction == "mean":
+            out = out / state.num_processes
         return out * scale if scale != 1.0 else out
 
     return recursively_apply(combine, data, error_on_other_type=True, name="reduce")

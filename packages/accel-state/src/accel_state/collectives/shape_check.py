@@ -15,17 +15,20 @@ from typing import Any
 
 import torch
 
+from accel_state.collectives.capacity import capacity_of
 from accel_state.collectives.header import (
-    EXCHANGE_BYTES,
     HEADER_BYTES,
     NO_PAYLOAD,
     TENSOR,
     Description,
+    call_kind,
     carried_sizes,
     describe_object,
     exchange_tensor,
     headers_agree,
+    needs,
     payload_lengths,
+    read_headers,
 )
 from accel_state.process_group import collective_log, timeouts
 from accel_state.process_group.timeouts import CollectiveError
@@ -52,7 +55,7 @@ class Agreement:
 
     payload_lengths: list[int]  # per rank, NO_PAYLOAD for a rank whose pieces did not travel inline
     offsets: list[int]  # where this rank's pieces lie in its payload (empty when they did not travel)
-    payloads: torch.Tensor | None = None  # (world size, INLINE_BYTES) uint8: every rank's payload
+    payloads: torch.Tensor | None = None  # (world size, capacity) uint8: every rank's payload
     sizes: list[list[int]] | None = None  # per tensor, every rank's size along the description's size_dim
 
     def all_inline(self) -> bool:
@@ -71,12 +74,15 @@ def agree_across_ranks(
     world_size = state.num_processes
     if full:
         description = _with_site(description)
-    exchange, offsets = exchange_tensor(description, state.device, pieces)
-    gathered = torch.empty(EXCHANGE_BYTES * world_size, dtype=torch.uint8, device=state.device)
+    capacity = capacity_of(state.communicator)
+    exchange, offsets = exchange_tensor(description, state.device, pieces, capacity.bytes)
+    gathered = torch.empty(exchange.numel() * world_size, dtype=torch.uint8, device=state.device)
     state.communicator.all_gather_into(gathered, exchange)
-    table = gathered.view(world_size, EXCHANGE_BYTES)
-    headers: list[list[int]] = table[:, :HEADER_BYTES].view(torch.int64).tolist()
+    table = gathered.view(world_size, exchange.numel())
+    headers = read_headers(table)
     agreed = headers_agree(headers)
+    # Before anything can raise: every rank holds the same headers, so all stay in step.
+    capacity.follow(call_kind(headers) if agreed else None, needs(headers) if agreed else [])
     if full or not agreed:
         # Every rank holds every header, so every rank takes this branch, or none does.
         per_rank: list[Description] = state.communicator.all_gather_object(description, world_size)

@@ -1,0 +1,64 @@
+"""How many payload bytes a communicator's next header exchange carries, agreed without talking.
+
+A checked collective whose inputs travel in its header exchange costs one round trip, not two.
+The exchange's size must be the same on every rank before any rank knows what the others bring,
+so it cannot depend on this call's input. It depends on the exchanges before it instead, which
+every rank saw alike: each header names its call (operation and arguments) and says how many
+payload bytes its rank wanted to send, so every rank learns the same thing from each exchange:
+"after a call to X came a call that needed N bytes". The next exchange carries the most that
+followed the last call's kind in its last FOLLOWERS occurrences, rounded up to a power of two,
+between INLINE_FLOOR and INLINE_CEILING. So a loop that gathers 64 KB of predictions per batch
+pays one round trip from its second batch on, and the small collective between two gathers (a
+pad, a reduce of the loss) still sends a small exchange.
+"""
+
+from __future__ import annotations
+
+import collections
+import weakref
+from typing import Any
+
+from accel_state.collectives.header import INLINE_CEILING, INLINE_FLOOR
+
+FOLLOWERS = 4  # the needs remembered per kind of call
+KINDS = 256  # kinds of call remembered; past that, the memory starts again (alike on every rank)
+
+
+def rounded(need: int) -> int:
+    """Return the exchange payload that holds `need` bytes: a power of two within the bounds."""
+    size = INLINE_FLOOR
+    while size < need and size < INLINE_CEILING:
+        size *= 2
+    return size
+
+
+class InlineCapacity:
+    """The payload size of one communicator's next header exchange."""
+
+    def __init__(self) -> None:
+        self.after: dict[int, collections.deque[int]] = {}
+        self.last: int | None = None  # the kind of the last call, None after a mismatch
+        self.bytes = INLINE_FLOOR
+
+    def follow(self, kind: int | None, needs: list[int]) -> None:
+        """Take in the exchange just done: its call's kind (None when the ranks disagreed) and
+        every rank's need (the same on every rank)."""
+        if self.last is not None:
+            if self.last not in self.after and len(self.after) >= KINDS:
+                self.after.clear()
+            followers = self.after.setdefault(self.last, collections.deque(maxlen=FOLLOWERS))
+            followers.append(max(needs, default=0))
+        self.last = kind
+        upcoming = self.after.get(kind) if kind is not None else None
+        self.bytes = rounded(max(upcoming)) if upcoming else INLINE_FLOOR
+
+
+_by_communicator: weakref.WeakKeyDictionary[Any, InlineCapacity] = weakref.WeakKeyDictionary()
+
+
+def capacity_of(communicator: Any) -> InlineCapacity:
+    """Return `communicator`'s capacity (a new communicator, a new process group, starts small)."""
+    capacity = _by_communicator.get(communicator)
+    if capacity is None:
+        capacity = _by_communicator[communicator] = InlineCapacity()
+    return capacity
