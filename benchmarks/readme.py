@@ -14,7 +14,8 @@ from benchmarks import table
 HOW_TO_RUN = """\
 Run them with `nox -s bench` (installs accel, `accelerate==1.15.0`, DeepSpeed and matplotlib), or
 `python -m benchmarks [--quick] [--rounds N] [--only NAME[,NAME]] [--output DIR]` in an environment
-that has them; a figure that needs what the machine lacks (DeepSpeed, torch_xla, a CUDA device) is
+that has them (`--update --only NAME` measures those figures again into a copy of the latest
+results, each figure dated, on the same machine and versions only); a figure that needs what the machine lacks (DeepSpeed, torch_xla, a CUDA device) is
 listed as skipped, with why. The XLA loop needs torch 2.9.0 beside torch_xla: it runs in its
 engine's venv, `nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the
 zero-overhead limit), accel and, where it imports, Hugging Face Accelerate side by side in one run,
@@ -55,6 +56,7 @@ def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
         f"- {QUICK if options['quick'] else str(options['rounds']) + ' rounds'}"
         + (f", figures: {', '.join(options['only'])}" if options.get("only") else ""),
         *_contention(run),
+        *_updates(run),
         "",
         "## Results",
         "",
@@ -84,6 +86,19 @@ def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
 def write(run: dict[str, Any], results_file: Path, readme: Path) -> None:
     readme.parent.mkdir(parents=True, exist_ok=True)
     readme.write_text(render(run, results_file, readme))
+
+
+def _updates(run: dict[str, Any]) -> list[str]:
+    """Return a line per later date on which figures were measured again (`--update`)."""
+    later: dict[str, list[str]] = {}
+    for name, figure in run.get("figures", {}).items():
+        if figure.get("date") not in (None, run["date"]):
+            steal = figure.get("steal_pct")
+            detail = f"{figure.get('rounds', '?')} rounds" + (
+                f", steal {steal:g}%" if isinstance(steal, int | float) else ""
+            )
+            later.setdefault(figure["date"], []).append(f"{name} ({detail})")
+    return [f"- measured again {date}: {', '.join(names)}" for date, names in sorted(later.items())]
 
 
 def _contention(run: dict[str, Any]) -> list[str]:

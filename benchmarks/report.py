@@ -75,6 +75,50 @@ def run_record(
     }
 
 
+def merged(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """Return `previous` with the figures `fresh` measured again put in place of their old rows.
+
+    Each figure keeps the date, rounds and steal of the run that measured it, so that a figure
+    re-measured on a quieter hour says so. Results of another machine or other versions are refused:
+    ratios from two machines side by side would compare what cannot be compared.
+    """
+    for key in ("hostname", "cpu", "cores"):
+        if previous["machine"].get(key) != fresh["machine"].get(key):
+            there, here = previous["machine"].get(key), fresh["machine"].get(key)
+            raise SystemExit(
+                f"benchmarks: --update: the latest results were measured on another machine "
+                f"({key} {there!r}, here {here!r}): run every figure"
+            )
+    if previous["versions"] != fresh["versions"]:
+        changed = sorted(k for k in {**previous["versions"], **fresh["versions"]}
+                         if previous["versions"].get(k) != fresh["versions"].get(k))  # fmt: skip
+        raise SystemExit(
+            f"benchmarks: --update: the latest results were measured with other versions of "
+            f"{', '.join(changed)}: run every figure"
+        )
+    measured_again = set(fresh["figures"])
+    figures = {}
+    for run in (previous, fresh):
+        stamp = {"date": run["date"], "rounds": run["options"]["rounds"]}
+        figures.update({name: {**stamp, **figure} for name, figure in run["figures"].items()})
+    by_module: dict[str, list[dict[str, Any]]] = {}
+    for record in fresh["measurements"]:
+        by_module.setdefault(record.get("module", ""), []).append(record)
+    measurements: list[dict[str, Any]] = []
+    for record in previous["measurements"]:
+        module = record.get("module", "")
+        if module not in measured_again:
+            measurements.append(record)
+        elif module in by_module:
+            measurements += by_module.pop(module)  # where the old rows stood
+    measurements += [record for records in by_module.values() for record in records]
+    options = {
+        **previous["options"],
+        "updated": sorted(measured_again | set(previous["options"].get("updated", []))),
+    }
+    return {**previous, "options": options, "figures": figures, "measurements": measurements, "plots": []}
+
+
 def write(record: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")

@@ -71,7 +71,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="measure nothing: redraw the latest results' plots and regenerate the README",
     )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="measure the --only figures again into a copy of the latest results in --output: the other "
+        "figures keep their rows, each figure its own date, rounds and steal",
+    )
     args = parser.parse_args(argv)
+    if args.update and (args.only is None or args.quick or args.readme_only):
+        parser.error("--update needs --only (the figures to measure again) and no --quick or --readme-only")
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.rounds is None:
@@ -160,6 +168,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.readme_only:
         regenerate_readme(args.output, args.readme, redraw=True)
         return
+    previous = None
+    if args.update:  # read first: a folder without results fails before an hour of measuring
+        latest = report.latest(args.output)
+        if latest is None:
+            raise SystemExit(f"benchmarks: --update: no results file in {args.output} to update")
+        previous = report.load(latest)
     contenders, absent = detect_contenders()
     options = RunOptions(quick=args.quick, rounds=args.rounds, contenders=contenders)
     for name, reason in absent.items():
@@ -171,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         figure_started = machine.cpu_times()
         measurements, figures[name] = run_figure(name, options)
         figures[name]["steal_pct"] = machine.steal_percent(figure_started, machine.cpu_times())
+        figures[name]["rounds"] = args.rounds
         records += [report.measurement_record(name, measurement, args.quick) for measurement in measurements]
     now = datetime.now(timezone.utc)
     described: dict[str, Any] = {
@@ -191,6 +206,10 @@ def main(argv: list[str] | None = None) -> None:
         figures=figures,
         measurements=records,
     )
+    for figure in figures.values():
+        figure["date"] = run["date"]
+    if previous is not None:
+        run = report.merged(previous, run)
     print(table.text(run))
     results_file = args.output / f"{now:%Y-%m-%d-%H%M%S}-{machine.slug(described)}.json"
     finish(run, results_file, args.readme)

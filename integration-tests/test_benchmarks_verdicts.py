@@ -191,3 +191,63 @@ def test_an_old_record_that_cannot_be_judged_again_is_one_line_naming_file_and_f
     message = str(failure.value)
     assert "\n" not in message and str(path) in message and "'N-D train, HSDP 2x2'" in message
     assert "unit" in message
+
+
+# Measuring some figures again (--update) ---------------------------------------------------------
+def _figure_run(
+    date: str, rows: dict[str, list[float]], rounds: int = 3, steal: float = 20.0
+) -> dict[str, Any]:
+    """A run whose figures (modules) each hold one N-D row measured with `rows[module]` as accel's."""
+    measurements = []
+    for module, accel in rows.items():
+        record = report.measurement_record(module, _measurement(accel))
+        record["figure"] = f"{module} row"
+        measurements.append(record)
+    run = _run(measurements)
+    run["date"] = date
+    run["options"]["rounds"] = rounds
+    run["figures"] = {module: {"seconds": 1.0, "error": None, "steal_pct": steal} for module in rows}
+    return run
+
+
+def test_an_update_replaces_the_figures_measured_again_in_place_and_dates_each(tmp_path: Path) -> None:
+    previous = _figure_run(
+        "2026-12-03T12:59:29Z", {"startup": [1.0] * 3, "collectives": [0.5] * 3, "memory": [1.0] * 3}
+    )
+    fresh = _figure_run("2026-12-03T17:00:00Z", {"collectives": [0.98, 0.99, 1.0, 1.01, 1.02]}, 5, 1.5)
+    run = report.merged(previous, fresh)
+    assert [record["figure"] for record in run["measurements"]] == [
+        "startup row",
+        "collectives row",
+        "memory row",
+    ]
+    assert run["measurements"][1]["summary"]["accel"]["rounds"] == 5
+    assert (
+        run["figures"]["startup"]["date"] == "2026-12-03T12:59:29Z"
+        and run["figures"]["startup"]["rounds"] == 3
+    )
+    assert run["figures"]["collectives"]["steal_pct"] == 1.5 and run["options"]["updated"] == ["collectives"]
+    text = readme.render(run, tmp_path / "run.json", tmp_path / "README.md")
+    assert "- measured again 2026-12-03T17:00:00Z: collectives (5 rounds, steal 1.5%)" in text
+    assert "startup (" not in text.split("## Results")[0]  # measured on the run's own date
+
+
+def test_an_update_refuses_results_of_another_machine_or_other_versions() -> None:
+    previous = _figure_run("2026-12-03T12:59:29Z", {"startup": [1.0] * 3})
+    other_machine = _figure_run("2026-12-03T17:00:00Z", {"startup": [1.0] * 3})
+    other_machine["machine"]["cpu"] = "another CPU"
+    with pytest.raises(SystemExit, match=r"another machine \(cpu 'a CPU', here 'another CPU'\)"):
+        report.merged(previous, other_machine)
+    other_versions = _figure_run("2026-12-03T17:00:00Z", {"startup": [1.0] * 3})
+    other_versions["versions"]["python"] = "3.12.0"
+    with pytest.raises(SystemExit, match="other versions of python"):
+        report.merged(previous, other_versions)
+
+
+def test_update_needs_the_figures_to_measure_again(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import runner
+
+    with pytest.raises(SystemExit):
+        runner.parse_args(["--update"])
+    assert "--update needs --only" in capsys.readouterr().err
+    assert runner.parse_args(["--update", "--only", "collectives"]).update
