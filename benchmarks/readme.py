@@ -15,10 +15,11 @@ HOW_TO_RUN = """\
 Run them with `nox -s bench` (installs accel, `accelerate==1.15.0`, DeepSpeed and matplotlib), or
 `python -m benchmarks [--quick] [--rounds N] [--only NAME[,NAME]] [--output DIR]` in an environment
 that has them (`--update --only NAME` measures those figures again into a copy of the latest
-results, each figure dated, on the same machine and versions only); a figure that needs what the machine lacks (DeepSpeed, torch_xla, a CUDA device) is
-listed as skipped, with why. The XLA loop needs torch 2.9.0 beside torch_xla: it runs in its
-engine's venv, `nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the
-zero-overhead limit), accel and, where it imports, Hugging Face Accelerate side by side in one run,
+results, each figure dated, on the same machine and versions only); a figure that needs what the
+machine lacks (DeepSpeed, torch_xla, a CUDA device) is listed as skipped, with why. The XLA loop
+needs torch 2.9.0 beside torch_xla: it runs in its engine's venv,
+`nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the zero-overhead
+limit), accel and, where it imports, Hugging Face Accelerate side by side in one run,
 the contenders interleaved round by round. A cell is the median of the rounds; ± is half their
 range, in % of the median. Ratios are taken within each round, then their median is shown with, in
 brackets, a distribution-free interval of it: the narrowest pair of ordered per-round ratios that

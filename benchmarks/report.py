@@ -82,6 +82,10 @@ def merged(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     re-measured on a quieter hour says so. Results of another machine or other versions are refused:
     ratios from two machines side by side would compare what cannot be compared.
     """
+    if previous["options"].get("quick"):
+        raise SystemExit(
+            "benchmarks: --update: the latest results are a quick run (no measurement): run every figure"
+        )
     for key in ("hostname", "cpu", "cores"):
         if previous["machine"].get(key) != fresh["machine"].get(key):
             there, here = previous["machine"].get(key), fresh["machine"].get(key)

@@ -242,6 +242,10 @@ def test_an_update_refuses_results_of_another_machine_or_other_versions() -> Non
     other_versions["versions"]["python"] = "3.12.0"
     with pytest.raises(SystemExit, match="other versions of python"):
         report.merged(previous, other_versions)
+    quick = _figure_run("2026-12-03T12:59:29Z", {"startup": [1.0]})
+    quick["options"]["quick"] = True
+    with pytest.raises(SystemExit, match="the latest results are a quick run"):
+        report.merged(quick, _figure_run("2026-12-03T17:00:00Z", {"startup": [1.0] * 3}))
 
 
 def test_update_needs_the_figures_to_measure_again(capsys: pytest.CaptureFixture[str]) -> None:
