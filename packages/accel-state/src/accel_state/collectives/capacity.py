@@ -9,7 +9,9 @@ payload bytes its rank wanted to send, so every rank learns the same thing from 
 followed the last call's kind in its last FOLLOWERS occurrences, rounded up to a power of two,
 between INLINE_FLOOR and INLINE_CEILING. So a loop that gathers 64 KB of predictions per batch
 pays one round trip from its second batch on, and the small collective between two gathers (a
-pad, a reduce of the loss) still sends a small exchange.
+pad, a reduce of the loss) still sends a small exchange. This holds as long as every rank takes
+part in every checked collective, in the same order: what any collective already requires, and
+what a rank that breaks it is told by the timeout that names the operation.
 """
 
 from __future__ import annotations
