@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 from collections import namedtuple
 
+import numpy as np
 import pytest
 import torch
 
@@ -419,3 +420,30 @@ def test_a_mismatch_leaves_every_rank_with_the_same_capacity():
         )
     capacity = capacity_of(state)  # the peer's, too: the mismatched exchange counts as no need
     assert capacity.last is None and capacity.bytes == INLINE_FLOOR and list(capacity.after[7]) == [0]
+
+
+def test_what_an_exchange_returns_outlives_the_next_exchange_in_the_same_buffers():
+    first, second = torch.arange(8.0), torch.full((8,), -1.0)
+    state = TwoRanks(describe("gather", first), tensor_bytes([first + 100], CPU))
+    agreement = agree_across_ranks(state, describe("gather", first), pieces=tensor_bytes([first], CPU))
+    gathered = unpack_gathered(agreement.payloads, agreement.offsets[0], first)
+    state.peer_pieces = tensor_bytes([second + 100], CPU)
+    again = agree_across_ranks(state, describe("gather", second), pieces=tensor_bytes([second], CPU))
+    assert np.shares_memory(agreement.payloads, again.payloads)  # the host buffers are reused...
+    assert torch.equal(gathered, torch.cat([first, first + 100]))  # ...but a result is its own copy
+    assert torch.equal(
+        unpack_gathered(again.payloads, again.offsets[0], second), torch.cat([second, second + 100])
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.float16])
+def test_tensors_of_any_dtype_travel_as_their_bytes(dtype):
+    tensor = torch.arange(6).reshape(2, 3).to(dtype)
+    (piece,) = tensor_bytes([tensor], CPU)
+    assert (
+        isinstance(piece, np.ndarray) and piece.dtype == np.uint8 and piece.size == 6 * tensor.element_size()
+    )
+    state = TwoRanks(describe("gather", tensor), tensor_bytes([tensor * 2], CPU))
+    agreement = agree_across_ranks(state, describe("gather", tensor), pieces=[piece])
+    gathered = unpack_gathered(agreement.payloads, agreement.offsets[0], tensor)
+    assert gathered.dtype == dtype and torch.equal(gathered, torch.cat([tensor, tensor * 2]))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,8 +94,8 @@ def _blank(shape: tuple[int, ...], dim: int | None) -> tuple[int, ...]:
 
 def describe(operation: str, data: Any, *, arguments: str = "", size_dim: int | None = None) -> Description:
     """Return the description of `data` (a tensor or a nest of them) for `operation`."""
-    if isinstance(data, torch.Tensor):  # the common case, without the walk
-        return Description(operation, arguments, TENSOR, (_tensor_facts(data),), size_dim)
+    if isinstance(data, torch.Tensor):  # the common case: no walk, and the same object as last time
+        return _tensor_description(operation, arguments, data.dtype, data.device.type, data.shape, size_dim)
     parts: list[str] = []
     tensors: list[tuple[str, str, tuple[int, ...]]] = []
     _walk(data, parts, tensors)
@@ -110,6 +109,16 @@ def describe_object(operation: str, arguments: str = "", problem: str = "") -> D
 
 def _tensor_facts(tensor: torch.Tensor) -> tuple[str, str, tuple[int, ...]]:
     return str(tensor.dtype).removeprefix("torch."), tensor.device.type, tuple(tensor.shape)
+
+
+@functools.lru_cache(maxsize=512)
+def _tensor_description(
+    operation: str, arguments: str, dtype: torch.dtype, device: str, shape: torch.Size, size_dim: int | None
+) -> Description:
+    # A loop calls the same collective on the same shapes: its description (and so its encoded
+    # header, see `encoded`) is built once.
+    facts = (str(dtype).removeprefix("torch."), device, tuple(shape))
+    return Description(operation, arguments, TENSOR, (facts,), size_dim)
 
 
 def _walk(data: Any, parts: list[str], tensors: list[tuple[str, str, tuple[int, ...]]]) -> None:
@@ -178,6 +187,14 @@ def encode(description: Description, payload_length: int = NO_PAYLOAD, need: int
     return header + [0] * (HEADER_LENGTH - len(header))
 
 
+@functools.lru_cache(maxsize=512)
+def encoded(description: Description, payload_length: int = NO_PAYLOAD, need: int = 0) -> numpy.ndarray:
+    """Return `encode`'s header as HEADER_BYTES read-only bytes, built once per description."""
+    header = numpy.array(encode(description, payload_length, need), dtype=numpy.int64).view(numpy.uint8)
+    header.flags.writeable = False
+    return header
+
+
 def headers_agree(headers: list[list[int]]) -> bool:
     """Return True when every rank called the same operation with inputs that fit together."""
     reference = headers[0][:COMPARED_FIELDS]
@@ -220,13 +237,41 @@ def payload_layout(lengths: list[int]) -> tuple[list[int], int] | None:
     return (offsets, end) if offsets else None
 
 
-def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor] | None:
+# Payloads on the host are numpy arrays: numpy's slicing, views and copies cost a fraction of
+# torch's per call, and this is every checked collective's path.
+Payloads = Any  # (world size, capacity) uint8: a numpy array on the host, a tensor on an accelerator
+Piece = Any  # one tensor's bytes, 1-D uint8: a numpy array on the host, a tensor on an accelerator
+_NUMPY_DTYPES = {
+    dtype: numpy.dtype(name)
+    for dtype, name in (
+        (torch.float64, "float64"),
+        (torch.float32, "float32"),
+        (torch.float16, "float16"),
+        (torch.int64, "int64"),
+        (torch.int32, "int32"),
+        (torch.int16, "int16"),
+        (torch.int8, "int8"),
+        (torch.uint8, "uint8"),
+        (torch.bool, "bool"),
+        (torch.complex128, "complex128"),
+        (torch.complex64, "complex64"),
+    )
+}
+
+
+def numpy_dtype(dtype: torch.dtype) -> numpy.dtype | None:
+    """Return numpy's dtype for torch's `dtype`, or None where numpy has none (bfloat16, float8)."""
+    return _NUMPY_DTYPES.get(dtype)
+
+
+def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[Piece] | None:
     """Return each tensor's bytes (a view where possible), or None when one is not on `device`'s type.
 
     That depends only on what the header compares (device types), like whether they fit, so ranks
     whose headers agree all send their tensors along, or none does.
     """
-    pieces = []
+    pieces: list[Piece] = []
+    host = device.type == "cpu"
     for tensor in tensors:
         if tensor.device.type != device.type:
             return None
@@ -234,8 +279,17 @@ def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[torc
             tensor = tensor.detach()
         if tensor.is_conj() or tensor.is_neg():
             tensor = tensor.resolve_conj().resolve_neg()
-        pieces.append(tensor.reshape(-1).view(torch.uint8))
+        if host and tensor.dtype in _NUMPY_DTYPES:
+            pieces.append(tensor.numpy().reshape(-1).view(numpy.uint8))
+        elif host:
+            pieces.append(tensor.reshape(-1).view(torch.uint8).numpy())
+        else:
+            pieces.append(tensor.reshape(-1).view(torch.uint8))
     return pieces
+
+
+def _length(piece: Piece) -> int:
+    return int(piece.size if isinstance(piece, numpy.ndarray) else piece.numel())
 
 
 @functools.lru_cache(maxsize=16)
@@ -243,68 +297,121 @@ def _zeros(device: torch.device, length: int) -> torch.Tensor:
     return torch.zeros(length, dtype=torch.uint8, device=device)
 
 
+def plan_exchange(
+    description: Description, pieces: list[Piece] | None, capacity: int
+) -> tuple[numpy.ndarray, list[int]]:
+    """Return this rank's encoded header and where its pieces lie in the payload.
+
+    The offsets are empty when the pieces do not fit in `capacity`; the header records the bytes
+    they needed either way.
+    """
+    if not pieces:
+        layout = None
+    elif len(pieces) == 1:
+        layout = [0], _length(pieces[0])
+    else:
+        layout = payload_layout([_length(piece) for piece in pieces])
+    need = layout[1] if layout is not None and layout[1] <= INLINE_CEILING else 0
+    if layout is None or layout[1] > capacity:
+        return encoded(description, NO_PAYLOAD, need), []
+    return encoded(description, layout[1], need), layout[0]
+
+
+def fill_host_exchange(
+    exchange: numpy.ndarray, header: numpy.ndarray, pieces: list[Piece] | None, offsets: list[int]
+) -> None:
+    """Write `header`, then the pieces at their offsets, into `exchange`; zero every other byte."""
+    exchange[:HEADER_BYTES] = header
+    used = HEADER_BYTES
+    for piece, offset in zip(pieces or (), offsets, strict=False):
+        start = HEADER_BYTES + offset
+        exchange[used:start] = 0  # alignment
+        used = start + _length(piece)
+        exchange[start:used] = piece if isinstance(piece, numpy.ndarray) else piece.numpy()
+    exchange[used:] = 0
+
+
 def exchange_tensor(
     description: Description,
     device: torch.device,
-    pieces: list[torch.Tensor] | None = None,
+    pieces: list[Piece] | None = None,
     capacity: int = INLINE_FLOOR,
 ) -> tuple[torch.Tensor, list[int]]:
     """Return what this rank sends (HEADER_BYTES, then `capacity` bytes of payload) and the offsets.
 
-    `pieces` (uint8, on `device`) travel as the payload when they fit in `capacity`; the offsets
-    are empty when not. The header records the bytes they needed either way.
+    `pieces` (`tensor_bytes`, or uint8 tensors on `device`) travel as the payload when they fit in
+    `capacity` (see `plan_exchange`).
     """
-    layout = payload_layout([piece.numel() for piece in pieces]) if pieces else None
-    need = layout[1] if layout is not None and layout[1] <= INLINE_CEILING else 0
-    if layout is None or layout[1] > capacity:
-        layout = None
-    offsets, length = layout if layout is not None else ([], NO_PAYLOAD)
-    header = encode(description, length, need)
+    header, offsets = plan_exchange(description, pieces, capacity)
     if device.type == "cpu":
-        return _cpu_exchange(header, pieces if layout is not None else None, offsets, capacity), offsets
+        exchange = numpy.empty(HEADER_BYTES + capacity, dtype=numpy.uint8)
+        fill_host_exchange(exchange, header, pieces, offsets)
+        return torch.from_numpy(exchange), offsets
     zeros = _zeros(device, capacity)
-    parts = [torch.frombuffer(array("q", header), dtype=torch.uint8).to(device)]
+    parts = [torch.from_numpy(header.copy()).to(device)]
     used = 0
-    if pieces and layout is not None:
-        for piece, offset in zip(pieces, offsets, strict=True):
-            if offset > used:  # alignment
-                parts.append(zeros[: offset - used])
-            parts.append(piece)
-            used = offset + piece.numel()
+    for piece, offset in zip(pieces or (), offsets, strict=False):
+        if offset > used:  # alignment
+            parts.append(zeros[: offset - used])
+        parts.append(piece)
+        used = offset + piece.numel()
     if used < capacity:
         parts.append(zeros[: capacity - used])
     return torch.cat(parts), offsets
 
 
-def _cpu_exchange(
-    header: list[int], pieces: list[torch.Tensor] | None, offsets: list[int], capacity: int
-) -> torch.Tensor:
-    # numpy's slicing costs a fraction of torch's per call: this is every checked collective's path.
-    exchange = numpy.zeros(HEADER_BYTES + capacity, dtype=numpy.uint8)
-    exchange[:HEADER_BYTES].view(numpy.int64)[:] = header
-    for piece, offset in zip(pieces or (), offsets, strict=False):
-        start = HEADER_BYTES + offset
-        exchange[start : start + piece.numel()] = piece.numpy()
-    return torch.from_numpy(exchange)
+def read_table(table: numpy.ndarray) -> tuple[list[list[int]], numpy.ndarray]:
+    """Return every rank's header and the payloads from the exchanges gathered on the host."""
+    return table[:, :HEADER_BYTES].view(numpy.int64).tolist(), table[:, HEADER_BYTES:]
+
+
+def split_exchanges(gathered: torch.Tensor, world_size: int) -> tuple[list[list[int]], Payloads]:
+    """Return every rank's header and the payloads (world size rows) from the gathered exchanges."""
+    if gathered.device.type == "cpu":
+        return read_table(gathered.numpy().reshape(world_size, -1))
+    rows = gathered.view(world_size, -1)
+    return rows[:, :HEADER_BYTES].view(torch.int64).tolist(), rows[:, HEADER_BYTES:]
 
 
 def read_headers(table: torch.Tensor) -> list[list[int]]:
     """Return every rank's header from the gathered exchanges (world size rows)."""
-    if table.device.type == "cpu":
-        return table.numpy()[:, :HEADER_BYTES].view(numpy.int64).tolist()
-    return table[:, :HEADER_BYTES].view(torch.int64).tolist()
+    return split_exchanges(table.reshape(-1), table.shape[0])[0]
 
 
-def unpack_gathered(payloads: torch.Tensor, offset: int, like: torch.Tensor) -> torch.Tensor:
+def unpack_gathered(payloads: Payloads, offset: int, like: torch.Tensor) -> torch.Tensor:
     """Return every rank's tensor shaped like `like`, concatenated along dim 0 (a new tensor)."""
     length = like.numel() * like.element_size()
-    rows = payloads[:, offset : offset + length].contiguous().view(like.dtype)
     shape = tuple(like.shape) or (1,)
-    gathered = rows.reshape((shape[0] * payloads.shape[0],) + shape[1:])
+    shape = (shape[0] * payloads.shape[0],) + shape[1:]
+    rows = payloads[:, offset : offset + length]
+    if isinstance(rows, numpy.ndarray):
+        as_numpy = _NUMPY_DTYPES.get(like.dtype)
+        if as_numpy is not None:  # one copy, then views: the cheapest way out
+            return torch.from_numpy(rows.copy().view(as_numpy).reshape(shape))
+        return torch.from_numpy(rows.copy()).view(like.dtype).reshape(shape)
+    gathered = rows.contiguous().view(like.dtype).reshape(shape)
     return gathered if gathered.device == like.device else gathered.to(like.device)
 
 
-def unpack_one(payloads: torch.Tensor, rank: int, offset: int, like: torch.Tensor) -> torch.Tensor:
+def unpack_one(payloads: Payloads, rank: int, offset: int, like: torch.Tensor) -> torch.Tensor:
     """Return rank `rank`'s tensor shaped like `like` (a view of the payloads)."""
     length = like.numel() * like.element_size()
-    return payloads[rank, offset : offset + length].view(like.dtype).reshape(like.shape)
+    row = payloads[rank, offset : offset + length]
+    if isinstance(row, numpy.ndarray):
+        as_numpy = _NUMPY_DTYPES.get(like.dtype)
+        if as_numpy is not None:
+            return torch.from_numpy(row.view(as_numpy).reshape(like.shape))
+        return torch.from_numpy(row).view(like.dtype).reshape(like.shape)
+    return row.view(like.dtype).reshape(like.shape)
+
+
+def unpack_rows(payloads: Payloads, offset: int, like: torch.Tensor) -> torch.Tensor:
+    """Return every rank's tensor shaped like `like`, stacked along a new dim 0 (a new tensor)."""
+    gathered = unpack_gathered(payloads, offset, like)
+    return gathered.view((payloads.shape[0],) + tuple(like.shape))
+
+
+def payload_bytes(payloads: Payloads, rank: int, length: int) -> bytes:
+    """Return the first `length` bytes of rank `rank`'s payload."""
+    row = payloads[rank, :length]
+    return bytes(row.tobytes() if isinstance(row, numpy.ndarray) else row.cpu().numpy().tobytes())

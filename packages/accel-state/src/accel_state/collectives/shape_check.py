@@ -21,15 +21,21 @@ from accel_state.collectives.header import (
     NO_PAYLOAD,
     TENSOR,
     Description,
+    Payloads,
+    Piece,
     call_kind,
     carried_sizes,
     describe_object,
     exchange_tensor,
+    fill_host_exchange,
     headers_agree,
     needs,
     payload_lengths,
-    read_headers,
+    plan_exchange,
+    read_table,
+    split_exchanges,
 )
+from accel_state.collectives.host_buffers import host_exchange
 from accel_state.process_group import collective_log, timeouts
 from accel_state.process_group.timeouts import CollectiveError
 from accel_state.shared_state.partial_state import PartialState
@@ -55,7 +61,7 @@ class Agreement:
 
     payload_lengths: list[int]  # per rank, NO_PAYLOAD for a rank whose pieces did not travel inline
     offsets: list[int]  # where this rank's pieces lie in its payload (empty when they did not travel)
-    payloads: torch.Tensor | None = None  # (world size, capacity) uint8: every rank's payload
+    payloads: Payloads | None = None  # (world size, capacity) uint8: every rank's payload
     sizes: list[list[int]] | None = None  # per tensor, every rank's size along the description's size_dim
 
     def all_inline(self) -> bool:
@@ -63,7 +69,7 @@ class Agreement:
 
 
 def agree_across_ranks(
-    state: Any, description: Description, *, full: bool = False, pieces: list[torch.Tensor] | None = None
+    state: Any, description: Description, *, full: bool = False, pieces: list[Piece] | None = None
 ) -> Agreement:
     """Exchange headers, with `pieces` (uint8 on the state's device) when they fit, in one all_gather.
 
@@ -74,12 +80,19 @@ def agree_across_ranks(
     world_size = state.num_processes
     if full:
         description = _with_site(description)
-    capacity = capacity_of(state.communicator)
-    exchange, offsets = exchange_tensor(description, state.device, pieces, capacity.bytes)
-    gathered = torch.empty(exchange.numel() * world_size, dtype=torch.uint8, device=state.device)
-    state.communicator.all_gather_into(gathered, exchange)
-    table = gathered.view(world_size, exchange.numel())
-    headers = read_headers(table)
+    communicator = state.communicator
+    capacity = capacity_of(communicator)
+    if state.device.type == "cpu":
+        buffers = host_exchange(communicator, HEADER_BYTES + capacity.bytes, world_size)
+        header, offsets = plan_exchange(description, pieces, capacity.bytes)
+        fill_host_exchange(buffers.send, header, pieces, offsets)
+        communicator.all_gather_into(buffers.table_tensor, buffers.send_tensor)
+        headers, payloads = read_table(buffers.table)
+    else:
+        exchange, offsets = exchange_tensor(description, state.device, pieces, capacity.bytes)
+        gathered = torch.empty(exchange.numel() * world_size, dtype=torch.uint8, device=state.device)
+        communicator.all_gather_into(gathered, exchange)
+        headers, payloads = split_exchanges(gathered, world_size)
     agreed = headers_agree(headers)
     # Before anything can raise: every rank holds the same headers, so all stay in step.
     capacity.follow(call_kind(headers) if agreed else None, needs(headers) if agreed else [])
@@ -90,7 +103,7 @@ def agree_across_ranks(
             raise CollectiveShapeError(mismatch_message(per_rank))
     agreement = Agreement(payload_lengths(headers), offsets)
     if any(length != NO_PAYLOAD for length in agreement.payload_lengths):
-        agreement.payloads = table[:, HEADER_BYTES:]
+        agreement.payloads = payloads
     if description.size_dim is not None:
         sizes = carried_sizes(headers)
         agreement.sizes = _exchange_sizes(state, description.sizes()) if sizes is None else sizes
