@@ -165,6 +165,20 @@ def exchange_inline_payloads():
         if not torch.equal(mine, rows[rank]):
             wrong.append("reduce changed its input")
         capacities.append(capacity_of(state.communicator).bytes)
+    # Inputs whose bytes are not one run: a strided slice, an expand, a transpose (one rank's alone
+    # would otherwise fail before the exchange and leave the others waiting).
+    views = {
+        "slice": lambda t: t[:, ::2],
+        "expand": lambda t: t[:1].expand(3, 6),
+        "transpose": lambda t: t.t(),
+    }
+    for name, view_of in views.items():
+        per_rank = [view_of(torch.arange(24, dtype=torch.float32).reshape(4, 6) + r) for r in range(world)]
+        for _ in range(2):  # the second call travels inline once the capacity learnt its size
+            if not torch.equal(gather(per_rank[rank]), torch.cat(per_rank)):
+                wrong.append(f"gather of a {name}")
+            if not torch.equal(reduce(per_rank[rank], reduction="max"), per_rank[-1]):
+                wrong.append(f"reduce of a {name}")
     objects = [gather_object([list(range(rank, rank + 2000))]) for _ in range(3)]  # ~10 KB pickled
     if any(o != [list(range(r, r + 2000)) for r in range(world)] for o in objects):
         wrong.append("gather_object")

@@ -447,3 +447,15 @@ def test_tensors_of_any_dtype_travel_as_their_bytes(dtype):
     agreement = agree_across_ranks(state, describe("gather", tensor), pieces=[piece])
     gathered = unpack_gathered(agreement.payloads, agreement.offsets[0], tensor)
     assert gathered.dtype == dtype and torch.equal(gathered, torch.cat([tensor, tensor * 2]))
+
+
+def test_strided_and_expanded_tensors_travel_as_their_values():
+    base = torch.arange(12.0).reshape(3, 4)
+    for view in (base[:, ::2], base[:1].expand(3, 4), torch.arange(8, dtype=torch.bfloat16)[::2]):
+        (piece,) = tensor_bytes([view], CPU)
+        assert piece.size == view.numel() * view.element_size()
+        state = TwoRanks(describe("gather", view), tensor_bytes([view], CPU))
+        agreement = agree_across_ranks(state, describe("gather", view), pieces=[piece])
+        assert torch.equal(
+            unpack_gathered(agreement.payloads, agreement.offsets[0], view), torch.cat([view, view])
+        )

@@ -279,6 +279,8 @@ def tensor_bytes(tensors: list[torch.Tensor], device: torch.device) -> list[Piec
             tensor = tensor.detach()
         if tensor.is_conj() or tensor.is_neg():
             tensor = tensor.resolve_conj().resolve_neg()
+        if not tensor.is_contiguous():  # a slice x[::2], an expand: their bytes are not one run
+            tensor = tensor.contiguous()
         if host and tensor.dtype in _NUMPY_DTYPES:
             pieces.append(tensor.numpy().reshape(-1).view(numpy.uint8))
         elif host:
@@ -371,11 +373,6 @@ def split_exchanges(gathered: torch.Tensor, world_size: int) -> tuple[list[list[
         return read_table(gathered.numpy().reshape(world_size, -1))
     rows = gathered.view(world_size, -1)
     return rows[:, :HEADER_BYTES].view(torch.int64).tolist(), rows[:, HEADER_BYTES:]
-
-
-def read_headers(table: torch.Tensor) -> list[list[int]]:
-    """Return every rank's header from the gathered exchanges (world size rows)."""
-    return split_exchanges(table.reshape(-1), table.shape[0])[0]
 
 
 def unpack_gathered(payloads: Payloads, offset: int, like: torch.Tensor) -> torch.Tensor:
