@@ -1,7 +1,7 @@
 """One contender's training job on one N-D mesh of 4 processes: steps per second and each rank's
 peak resident memory above its start.
 
-    <launcher> nd_job.py CONTENDER SHAPE --width 512 --blocks 4 --steps 6
+    <launcher> nd_job.py CONTENDER SHAPE --width 512 --blocks 4 --steps 6 [--pairs N]
 
 The model: BLOCKS residual MLP blocks (up: width -> 4 width, down: back), AdamW, one thread per
 process, the global batch split over the data parallel ranks. SHAPE:
@@ -15,6 +15,13 @@ Timed: STEPS steps after two warm-up steps, each on its own; steps/s is one over
 Four processes share two cores here, so a step the scheduler preempted can take twice as long: the
 median leaves those out, where the mean over all steps carried them into the ratio. Rank 0 emits
 {"steps_per_s": s, "peaks_mb": [per rank]}.
+
+With `--pairs N` (accel only), once its own steps and memory are taken, the job also builds the
+hand-written composition in the same processes and times N pairs of steps, one of each, the order
+swapped from pair to pair: {"paired_steps_per_s": {"raw": s, "accel": s}}, one over each side's
+median step. Both sides then run in the same processes at the same moments, so what the host does
+to one job and not the other (its neighbours, where the scheduler puts four processes on two
+cores) no longer enters their ratio.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ SHAPES = {
     "fsdp_tp": {"dp_replicate": 1, "dp_shard": 2, "tp": 2},
 }
 PLAN = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise"}
+# The copies --pairs builds, in this order: a trend from first-built to last-built hits both alike.
+ORDER = ("raw", "accel", "accel", "raw")
 GLOBAL_BATCH = 32
 Step = Callable[[torch.Tensor], None]
 
@@ -73,7 +82,8 @@ def _model(width: int, blocks: int) -> Net:
 
 
 def raw(shape: str, width: int, blocks: int, before: list[float]) -> tuple[Step, int]:
-    dist.init_process_group("gloo")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
     before.append(_peak_mb())
     sizes = SHAPES[shape]
     model: Any = _model(width, blocks)
@@ -116,7 +126,8 @@ def raw(shape: str, width: int, blocks: int, before: list[float]) -> tuple[Step,
     return step, GLOBAL_BATCH // data_shards
 
 
-def accel(shape: str, width: int, blocks: int, before: list[float]) -> tuple[Step, int]:
+def accelerator_for(shape: str) -> Any:
+    """Return the Accelerator of mesh `shape` (it starts the process group)."""
     from accel import (
         Accelerator,
         FullyShardedDataParallelPlugin,
@@ -126,19 +137,20 @@ def accel(shape: str, width: int, blocks: int, before: list[float]) -> tuple[Ste
 
     sizes = SHAPES[shape]
     if shape == "ddp":
-        accelerator = Accelerator()
-    else:
-        config = ParallelismConfig(
-            dp_replicate_size=sizes["dp_replicate"],
-            dp_shard_size=sizes["dp_shard"],
-            tp_size=sizes["tp"],
-            tp_handler=TorchTensorParallelConfig(tp_plan=PLAN),
-        )
-        plugin = FullyShardedDataParallelPlugin(
-            auto_wrap_policy="TRANSFORMER_BASED_WRAP", transformer_cls_names_to_wrap=["Block"]
-        )
-        accelerator = Accelerator(parallelism_config=config, fsdp_plugin=plugin)
-    before.append(_peak_mb())
+        return Accelerator()
+    config = ParallelismConfig(
+        dp_replicate_size=sizes["dp_replicate"],
+        dp_shard_size=sizes["dp_shard"],
+        tp_size=sizes["tp"],
+        tp_handler=TorchTensorParallelConfig(tp_plan=PLAN),
+    )
+    plugin = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="TRANSFORMER_BASED_WRAP", transformer_cls_names_to_wrap=["Block"]
+    )
+    return Accelerator(parallelism_config=config, fsdp_plugin=plugin)
+
+
+def accel(accelerator: Any, width: int, blocks: int) -> tuple[Step, int]:
     model = accelerator.prepare(_model(width, blocks))
     optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=1e-4))
     layout = accelerator.backend.data_layout()
@@ -159,10 +171,18 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--pairs", type=int, default=0, help="accel: also time N steps of each side together")
     args = parser.parse_args()
+    if args.pairs and args.contender != "accel":
+        parser.error("--pairs: only the accel job times the hand-written steps beside its own")
     torch.set_num_threads(1)
     before: list[float] = []
-    step, rows = {"raw": raw, "accel": accel}[args.contender](args.shape, args.width, args.blocks, before)
+    if args.contender == "accel":
+        accelerator = accelerator_for(args.shape)
+        before.append(_peak_mb())
+        step, rows = accel(accelerator, args.width, args.blocks)
+    else:
+        step, rows = raw(args.shape, args.width, args.blocks, before)
     x = torch.randn(rows, args.width)
     for _ in range(2):
         step(x)
@@ -174,11 +194,43 @@ def main() -> None:
         seconds.append(time.perf_counter() - started)
     dist.barrier()
     peaks = [None] * dist.get_world_size()
-    dist.all_gather_object(peaks, _peak_mb() - before[0])
+    dist.all_gather_object(peaks, _peak_mb() - before[0])  # before the models of --pairs exist
+    answer: dict[str, Any] = {"steps_per_s": 1 / statistics.median(seconds), "peaks_mb": peaks}
+    if args.pairs:
+        answer["paired"] = _paired(args, lambda: accel(accelerator, args.width, args.blocks))
     if dist.get_rank() == 0:
-        emit({"steps_per_s": 1 / statistics.median(seconds), "peaks_mb": peaks})
+        emit(answer)
     dist.barrier()
     end_job(args.contender)
+
+
+def _paired(args: argparse.Namespace, build_accel: Callable[[], tuple[Step, int]]) -> dict[str, Any]:
+    """Time `args.pairs` steps of each side on four fresh copies built in the order raw, accel,
+    accel, raw; each cycle steps every copy once, starting one copy further on."""
+    build = {"raw": lambda: raw(args.shape, args.width, args.blocks, []), "accel": build_accel}
+    copies = [(side, *build[side]()) for side in ORDER]
+    x = torch.randn(copies[0][2], args.width)
+    for _, step, _ in copies:
+        for _ in range(2):
+            step(x)
+    dist.barrier()
+    seconds: list[list[float]] = [[] for _ in copies]
+    for cycle in range((args.pairs + 1) // 2):
+        for index in [(cycle + offset) % len(copies) for offset in range(len(copies))]:
+            started = time.perf_counter()
+            copies[index][1](x)
+            seconds[index].append(time.perf_counter() - started)
+    dist.barrier()
+
+    def rate(indices: list[int]) -> float:
+        return 1 / statistics.median(t for index in indices for t in seconds[index])
+
+    sides = {side: [i for i, (name, _, _) in enumerate(copies) if name == side] for side in ("raw", "accel")}
+    return {
+        "steps_per_s": {side: rate(indices) for side, indices in sides.items()},
+        # The later copy of a side over the earlier: what building order alone does to the same code.
+        "later_copy": {side: rate(indices[1:]) / rate(indices[:1]) for side, indices in sides.items()},
+    }
 
 
 if __name__ == "__main__":
