@@ -16,12 +16,14 @@ Four processes share two cores here, so a step the scheduler preempted can take 
 median leaves those out, where the mean over all steps carried them into the ratio. Rank 0 emits
 {"steps_per_s": s, "peaks_mb": [per rank]}.
 
-With `--pairs N` (accel only), once its own steps and memory are taken, the job also builds the
-hand-written composition in the same processes and times N pairs of steps, one of each, the order
-swapped from pair to pair: {"paired_steps_per_s": {"raw": s, "accel": s}}, one over each side's
-median step. Both sides then run in the same processes at the same moments, so what the host does
-to one job and not the other (its neighbours, where the scheduler puts four processes on two
-cores) no longer enters their ratio.
+With `--pairs N` (accel only), once its own steps and memory are taken, the job also builds four
+fresh copies of the model in the same processes, hand-written, accel, accel, hand-written (ORDER),
+and steps each in turn until each side has taken N steps:
+{"paired": {"steps_per_s": {"raw": s, "accel": s}, "later_copy": {"raw": r, "accel": r}}}, one over
+each side's median step, and each side's later copy over its earlier (the same code against itself:
+what building order alone does here). Both sides then run in the same processes at the same
+moments, so what the host does to one job and not the other (its neighbours, where the scheduler
+puts four processes on two cores) no longer enters their ratio.
 """
 
 from __future__ import annotations
@@ -209,7 +211,10 @@ def _paired(args: argparse.Namespace, build_accel: Callable[[], tuple[Step, int]
     accel, raw; each cycle steps every copy once, starting one copy further on."""
     build = {"raw": lambda: raw(args.shape, args.width, args.blocks, []), "accel": build_accel}
     copies = [(side, *build[side]()) for side in ORDER]
-    x = torch.randn(copies[0][2], args.width)
+    rows = {side_rows for _, _, side_rows in copies}
+    if len(rows) != 1:
+        raise SystemExit(f"nd_job.py --pairs: the copies take different batch rows per rank: {sorted(rows)}")
+    x = torch.randn(rows.pop(), args.width)
     for _, step, _ in copies:
         for _ in range(2):
             step(x)
