@@ -23,7 +23,10 @@ and steps each in turn until each side has taken N steps:
 each side's median step, and each side's later copy over its earlier (the same code against itself:
 what building order alone does here). Both sides then run in the same processes at the same
 moments, so what the host does to one job and not the other (its neighbours, where the scheduler
-puts four processes on two cores) no longer enters their ratio.
+puts four processes on two cores) no longer enters their ratio. Last, each side's first copy takes
+WORK_STEPS steps under cProfile (`step_work`): "work": {side: {"calls", "accel_calls", "accel_s",
+"step_s"}} per step, the calls a step makes and the seconds it spends in accel's own code, which
+bound accel's cost below what the clock can resolve here.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import torch.distributed as dist
 
 from benchmarks.jobs import emit
 from benchmarks.workers.job_exit import end_job
+from benchmarks.workers.step_work import step_work
 
 SHAPES = {
     "ddp": {"dp_replicate": 4, "dp_shard": 1, "tp": 1},
@@ -51,6 +55,7 @@ PLAN = {"blocks.*.up": "colwise", "blocks.*.down": "rowwise"}
 # The copies --pairs builds, in this order: a trend from first-built to last-built hits both alike.
 ORDER = ("raw", "accel", "accel", "raw")
 GLOBAL_BATCH = 32
+WORK_STEPS = 2  # profiled steps of each side: what a step does does not vary from one to the next
 Step = Callable[[torch.Tensor], None]
 
 
@@ -235,7 +240,18 @@ def _paired(args: argparse.Namespace, build_accel: Callable[[], tuple[Step, int]
         "steps_per_s": {side: rate(indices) for side, indices in sides.items()},
         # The later copy of a side over the earlier: what building order alone does to the same code.
         "later_copy": {side: rate(indices[1:]) / rate(indices[:1]) for side, indices in sides.items()},
+        "work": {side: _work(copies[indices[0]][1], x) for side, indices in sides.items()},
     }
+
+
+def _work(step: Step, x: torch.Tensor) -> dict[str, float]:
+    """Return what one step of `step` does (`step_work`): calls as on rank 0, accel's seconds as
+    on the rank that spent most in it."""
+    dist.barrier()
+    work = step_work(lambda: step(x), WORK_STEPS)
+    per_rank: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(per_rank, work)
+    return {**per_rank[0], "accel_s": max(rank["accel_s"] for rank in per_rank)}
 
 
 if __name__ == "__main__":
