@@ -111,3 +111,15 @@ def test_bad_options_fail_in_one_line_naming_the_culprit(args, culprit):
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
     assert culprit in last and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_quick_run_counts_what_accel_adds_to_each_training_loop(quick_run):
+    _, output = quick_run
+    run = json.loads(next(output.glob("*.json")).read_text())
+    added = {r["module"] for r in run["measurements"] if r["unit"].startswith("% of the hand-written")}
+    assert {"training", "engines", "scaling", "nd_parallel"} <= added, added
+    for record in run["measurements"]:
+        if record["unit"].startswith("% of the hand-written") and not record["skipped"]:
+            assert record["target"] == "accel<=1.0" and record["samples"]["accel"], record["figure"]
+            assert "calls hand-written" in record["note"], record["figure"]

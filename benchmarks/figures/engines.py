@@ -4,12 +4,15 @@ of 4 x Linear 512, batch 64, AdamW (target: accel >= 0.99x raw). Accelerate 1.15
 CPU processes. ZeRO-2 runs only where deepspeed imports; elsewhere it is listed as skipped, with why.
 
 Each contender's job starts once (a DeepSpeed job takes longer to start than many steps); blocks of
-steps alternate between the jobs round by round, after a warm-up of each.
+steps alternate between the jobs round by round, after a warm-up of each. Last, each job runs
+WORK_BLOCKS blocks under cProfile: what accel adds to a block (`benchmarks.added_work`; target <= 1%
+of the hand-written block), which decides what the clock on a loaded machine cannot.
 """
 
 from __future__ import annotations
 
 from benchmarks import blockjobs, launchers, probe
+from benchmarks.added_work import block_work, profiled_blocks
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 PROCESSES = 2
@@ -20,6 +23,7 @@ ENGINE_ENV = {"deepspeed": {"DS_ACCELERATOR": "cpu"}, "fsdp": {}}
 ENGINE_MODULE = {"deepspeed": "deepspeed", "fsdp": None}
 STEPS, QUICK_STEPS = 20, 2
 WARMUP_BLOCKS = 2
+WORK_BLOCKS, QUICK_WORK_BLOCKS = 3, 1  # profiled blocks of each job
 
 
 def measure(options: RunOptions) -> list[Measurement]:
@@ -42,6 +46,11 @@ def measure(options: RunOptions) -> list[Measurement]:
         with blockjobs.started(specs) as jobs:
             warmup = 0 if options.quick else WARMUP_BLOCKS
             answers = blockjobs.interleaved(jobs, [engine], options.rounds, warmup=warmup)[engine]
+            work = profiled_blocks(jobs, [engine], QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+        note = (
+            f"2 CPU processes x 1 thread, batch 64, AdamW; raw: the {engine_label} engine driven "
+            f"by hand under torchrun; accel: `accel launch`"
+        )
         results.append(
             Measurement(
                 figure=figure,
@@ -50,8 +59,12 @@ def measure(options: RunOptions) -> list[Measurement]:
                 higher_is_better=True,
                 samples={c: [a["rate"] for a in answers[c]] for c in specs},
                 target=TARGET,
-                note=f"2 CPU processes x 1 thread, batch 64, AdamW; raw: the {engine_label} engine driven "
-                f"by hand under torchrun; accel: `accel launch`; one sample per round is {steps} steps",
+                note=f"{note}; one sample per round is {steps} steps",
             )
         )
+        if work:
+            added = f"accel's own work, MLP 4x512 {engine_label}"
+            results.append(
+                block_work(added, "training_work", work[engine], answers[RAW], f"{steps} steps", note)
+            )
     return results

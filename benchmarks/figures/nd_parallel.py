@@ -16,10 +16,10 @@ next job's; within one job both sides meet the same host. The order of the copie
 building order does: a later copy of the very same code runs a few % slower or faster than the
 earlier one, and the note gives that figure ("the same code, later copy") as the floor of what the
 ratio can resolve here. Each job's own steps/s alone is in the note too.
-Last, the job runs two steps of each side under cProfile (`workers/step_work.py`): the calls a step
-makes, and the seconds it spends in accel's own code, in % of the hand-written step. The clock here
-cannot tell 1% apart; that count can: the same calls outside accel and accel's own share <= 1% mean
-steps/s >= 0.99x hand-written on any machine that runs the same torch work as fast for both.
+Last, the job runs two steps of each side under cProfile (`workers/step_work.py`): what accel's step
+adds to the hand-written one (its own code, and the calls the hand-written step does not make), in %
+of the hand-written step. The clock here cannot tell 1% apart; that count can: an added share
+<= 1% means steps/s >= 0.99x hand-written on any machine that runs the same torch work as fast for both.
 Targets: steps/s >= 0.99x hand-written; accel's own work <= 1% of the step; memory within 2% of
 hand-written.
 """
@@ -29,12 +29,13 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from benchmarks.added_work import added_work
 from benchmarks.jobs import round_order, run_job
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 WIDTH, BLOCKS, STEPS, PROCESSES = 512, 6, 8, 4  # 6 * 2 * 512 * 2048 * 4 bytes = 50 MB of fp32 weights
 PAIRS, QUICK_PAIRS = 16, 2
-WORK_NOTE = "the first copy of each side in accel's job, rank 0; accel's time on its busiest rank"
+WORK_NOTE = "the first copy of each side in accel's job, on the rank where accel adds the most"
 QUICK = {"width": 64, "blocks": 2, "steps": 2}
 SHAPES = {"ddp": "DDP", "fsdp": "FSDP2", "hsdp": "HSDP 2x2", "fsdp_tp": "FSDP2 x TP 2x2"}
 QUICK_SHAPES = ("fsdp_tp",)
@@ -57,7 +58,7 @@ def measure(options: RunOptions) -> list[Measurement]:
     # "later/<contender>": its later copy's steps/s over its earlier one's in the paired steps.
     speed: dict[str, dict[str, list[float]]] = {shape: {} for shape in shapes}
     memory: dict[str, dict[str, list[float]]] = {shape: {} for shape in shapes}
-    work: dict[str, list[dict[str, dict[str, float]]]] = {shape: [] for shape in shapes}
+    work: dict[str, list[dict[str, Any]]] = {shape: [] for shape in shapes}
     for round_index in range(1 if quick else options.rounds):
         for shape in shapes:
             for contender in round_order(contenders, round_index):
@@ -106,7 +107,12 @@ def measure(options: RunOptions) -> list[Measurement]:
             )
         )
         if work[shape]:
-            measurements.append(_added_work(shape, work[shape], speed[shape][RAW], note, common))
+            raw_seconds = [1 / rate for rate in speed[shape][RAW]]
+            figure = f"N-D accel's own work per step, {SHAPES[shape]}"
+            group = "nd_parallel_work"
+            measurements.append(
+                added_work(figure, group, work[shape], raw_seconds, "step", WORK_NOTE, note, **common)
+            )
         measurements.append(
             Measurement(
                 figure=f"N-D peak RSS per rank, {SHAPES[shape]}",
@@ -121,32 +127,3 @@ def measure(options: RunOptions) -> list[Measurement]:
             )
         )
     return measurements
-
-
-def _added_work(
-    shape: str, work: list[dict[str, dict[str, float]]], raw_steps_per_s: list[float], note: str,
-    common: dict[str, Any],
-) -> Measurement:  # fmt: skip
-    """Return accel's own seconds per step in % of the hand-written step, round by round."""
-    share = [100 * w[ACCEL]["accel_s"] * rate for w, rate in zip(work, raw_steps_per_s, strict=True)]
-    calls = {side: statistics.median(w[side]["calls"] for w in work) for side in (RAW, ACCEL)}
-    own = statistics.median(w[ACCEL]["accel_calls"] for w in work)
-    seconds = statistics.median(w[ACCEL]["accel_s"] for w in work)
-    how = (
-        f"a step under cProfile ({WORK_NOTE}) makes {calls[RAW]:.0f} calls hand-written and "
-        f"{calls[ACCEL] - own:.0f} outside accel's code in accel, plus {own:.0f} in accel's code, which "
-        f"take {seconds * 1e3:.3g} ms per step (profiled: an upper bound) against the hand-written step's "
-        "paired time; steps/s >= 0.99x hand-written holds wherever this is <= 1% and the calls outside "
-        "accel are the same"
-    )
-    return Measurement(
-        figure=f"N-D accel's own work per step, {SHAPES[shape]}",
-        group="nd_parallel_work",
-        unit="% of the hand-written step",
-        higher_is_better=False,
-        samples={ACCEL: share},
-        note=f"{note}; {how}",
-        target=f"{ACCEL}<=1.0",
-        series="accel's own work",
-        **common,
-    )

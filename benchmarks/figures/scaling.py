@@ -15,6 +15,8 @@ these curves show whether accel keeps raw's shape at the other sizes.
   the model: the small widths show that cost, the large ones that nothing grows with the model.
   Each contender's job starts once, holding every width; blocks (an epoch of one width's loader,
   a second or two) alternate between the jobs round by round. Target: accel >= 0.99x raw per width.
+  Last, raw's and accel's jobs run WORK_BLOCKS epochs of each width under cProfile: what accel adds to
+  an epoch (`benchmarks.added_work`; target <= 1% of the hand-written epoch).
 
 The launch curve, a fresh job of up to 8 processes per sample, takes at most LAUNCH_ROUNDS rounds.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from benchmarks import blockjobs, launchers
+from benchmarks.added_work import block_work, profiled_blocks
 from benchmarks.figures.startup import rounds_of, wall_time
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
@@ -34,6 +37,7 @@ TRAIN_PROCESSES = 2
 # Width -> batches per process in one block (an epoch): a second or two of training each.
 WIDTHS = {128: 128, 512: 48, 1024: 16, 2048: 6}
 QUICK_WIDTHS = {64: 4, 128: 4}
+WORK_BLOCKS, QUICK_WORK_BLOCKS = 3, 1  # profiled epochs of each width in raw's and accel's jobs
 TARGET = f"{ACCEL}/{RAW}>=0.99"
 # A quick run (the smoke test) draws both lines of each plot, raw and accel: every launch costs seconds,
 # and Accelerate's paths are those the `startup` and `training` figures' quick runs take.
@@ -90,7 +94,12 @@ def training_curve(options: RunOptions) -> list[Measurement]:
     specs = {c: _train_job(c, models, options.quick) for c in options.contenders}
     with blockjobs.started(specs) as jobs:
         answers = blockjobs.interleaved(jobs, list(models), options.rounds, warmup=0 if options.quick else 1)
+        work = profiled_blocks(jobs, list(models), QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
     results = []
+    note = (
+        f"{TRAIN_PROCESSES} CPU processes x 1 thread, fp32, batch 64 per process; raw: DDP by hand under "
+        "torchrun; accel: `accel launch`; Accelerate: torchrun with ACCELERATE_USE_CPU=true"
+    )
     for model, width in zip(models, widths, strict=True):
         per_contender = answers[model]
         results.append(
@@ -104,11 +113,17 @@ def training_curve(options: RunOptions) -> list[Measurement]:
                 x_label="parameters",
                 series="train",
                 target=TARGET,
-                note=f"{TRAIN_PROCESSES} CPU processes x 1 thread, fp32, batch 64 per process; raw: DDP by "
-                "hand under torchrun; accel: `accel launch`; Accelerate: torchrun with "
-                f"ACCELERATE_USE_CPU=true; one sample per round is an epoch of {widths[width]} batches",
+                note=f"{note}; one sample per round is an epoch of {widths[width]} batches",
             )
         )
+        if work:
+            figure = f"accel's own work, MLP 3x{width} AdamW, {TRAIN_PROCESSES} processes"
+            common = {"x": per_contender[RAW][0]["parameters"], "x_label": "parameters"}
+            results.append(
+                block_work(
+                    figure, "training scale work", work[model], per_contender[RAW], "epoch", note, **common
+                )
+            )
     return results
 
 

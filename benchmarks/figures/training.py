@@ -5,12 +5,16 @@ with gradient accumulation 4 (target: accel >= 0.99x raw). The sharding engines'
 `engines` figure, XLA's the `xla` figure, a GPU's precisions the `precision` figure.
 
 Each contender's job starts once per setting; blocks (an epoch of a model's loader) alternate
-between the jobs round by round.
+between the jobs round by round. Last, raw's and accel's jobs each run WORK_BLOCKS epochs under
+cProfile (`benchmarks.added_work`): what accel adds to an epoch (its own code, and the calls the
+hand-written epoch does not make) in % of the hand-written epoch (target <= 1%), which decides what
+the clock on a loaded machine cannot.
 """
 
 from __future__ import annotations
 
 from benchmarks import blockjobs, launchers
+from benchmarks.added_work import block_work, profiled_blocks
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 PROCESSES = 2
@@ -23,6 +27,11 @@ MODELS = {"mlp": "MLP 3x512", "transformer": "encoder 4x256"}
 # Batches per process in one epoch (one block) of each model, full and quick runs.
 BATCHES = {"mlp": 64, "transformer": 8}
 QUICK_BATCHES = 4
+WORK_BLOCKS, QUICK_WORK_BLOCKS = 3, 1  # profiled epochs of each model in raw's and accel's jobs
+NOTE = (
+    "2 CPU processes x 1 thread; raw: DDP by hand under torchrun (autocast for bf16, no_sync between "
+    "accumulated steps); accel: `accel launch`; Accelerate: torchrun with ACCELERATE_USE_CPU=true"
+)
 
 
 def measure(options: RunOptions) -> list[Measurement]:
@@ -34,6 +43,7 @@ def measure(options: RunOptions) -> list[Measurement]:
             answers = blockjobs.interleaved(
                 jobs, list(MODELS), options.rounds, warmup=0 if options.quick else 1
             )
+            work = profiled_blocks(jobs, list(MODELS), QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
         for model, model_label in MODELS.items():
             results.append(
                 Measurement(
@@ -43,11 +53,14 @@ def measure(options: RunOptions) -> list[Measurement]:
                     higher_is_better=True,
                     samples={c: [a["rate"] for a in answers[model][c]] for c in specs},
                     target=TARGET,
-                    note="2 CPU processes x 1 thread; raw: DDP by hand under torchrun (autocast for bf16, "
-                    "no_sync between accumulated steps); accel: `accel launch`; Accelerate: torchrun with "
-                    "ACCELERATE_USE_CPU=true; one sample per round is an epoch of the model's loader",
+                    note=f"{NOTE}; one sample per round is an epoch of the model's loader",
                 )
             )
+            if work:
+                figure = f"accel's own work, {model_label} {label}"
+                results.append(
+                    block_work(figure, "training_work", work[model], answers[model][RAW], "epoch", NOTE)
+                )
     return results
 
 

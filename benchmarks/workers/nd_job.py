@@ -24,9 +24,10 @@ each side's median step, and each side's later copy over its earlier (the same c
 what building order alone does here). Both sides then run in the same processes at the same
 moments, so what the host does to one job and not the other (its neighbours, where the scheduler
 puts four processes on two cores) no longer enters their ratio. Last, each side's first copy takes
-WORK_STEPS steps under cProfile (`step_work`): "work": {side: {"calls", "accel_calls", "accel_s",
-"step_s"}} per step, the calls a step makes and the seconds it spends in accel's own code, which
-bound accel's cost below what the clock can resolve here.
+WORK_STEPS steps under cProfile (`step_work`): "work": what accel's step adds to the hand-written
+one (`step_work.added`: its own code and the calls the hand-written step does not make, with their
+seconds per step), on the rank where it adds the most, which bounds accel's cost below what the
+clock can resolve here.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import torch.distributed as dist
 
 from benchmarks.jobs import emit
 from benchmarks.workers.job_exit import end_job
-from benchmarks.workers.step_work import step_work
+from benchmarks.workers.step_work import added, step_work
 
 SHAPES = {
     "ddp": {"dp_replicate": 4, "dp_shard": 1, "tp": 1},
@@ -240,18 +241,20 @@ def _paired(args: argparse.Namespace, build_accel: Callable[[], tuple[Step, int]
         "steps_per_s": {side: rate(indices) for side, indices in sides.items()},
         # The later copy of a side over the earlier: what building order alone does to the same code.
         "later_copy": {side: rate(indices[1:]) / rate(indices[:1]) for side, indices in sides.items()},
-        "work": {side: _work(copies[indices[0]][1], x) for side, indices in sides.items()},
+        "work": _work(*(copies[sides[side][0]][1] for side in ("raw", "accel")), x),
     }
 
 
-def _work(step: Step, x: torch.Tensor) -> dict[str, float]:
-    """Return what one step of `step` does (`step_work`): calls as on rank 0, accel's seconds as
-    on the rank that spent most in it."""
-    dist.barrier()
-    work = step_work(lambda: step(x), WORK_STEPS)
+def _work(raw_step: Step, accel_step: Step, x: torch.Tensor) -> dict[str, Any]:
+    """Return what accel's step adds to the hand-written one (`step_work.added`), on the rank where
+    it adds the most."""
+    work = {}
+    for side, step in (("raw", raw_step), ("accel", accel_step)):
+        dist.barrier()
+        work[side] = step_work(lambda step=step: step(x), WORK_STEPS)  # type: ignore[misc]
     per_rank: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(per_rank, work)
-    return {**per_rank[0], "accel_s": max(rank["accel_s"] for rank in per_rank)}
+    dist.all_gather_object(per_rank, added(work["raw"], work["accel"]))
+    return max(per_rank, key=lambda rank: rank["seconds"])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ blocks of work it is asked for and answers how fast they ran, until it is told t
 
 A job is started once and kept: figures interleave short blocks of the contenders' jobs round by
 round (the others waiting idle on their socket), so that drift in the machine's speed hits all
-alike and no round pays for a process start.
+alike and no round pays for a process start. Every task "<name>" has a twin "<name>:work": one block
+under cProfile, whose answer also holds what the block called (`step_work`: "functions", "step_s").
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmarks.workers.step_work import step_work
+
+WORK = ":work"  # "<task>:work": one block of the task under cProfile
 
 
 @dataclass
@@ -36,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def serve(args: argparse.Namespace, rank: int, tasks: dict[str, Task], barrier: Callable[[], None]) -> None:
     """Run the blocks the figure asks for ({"task": name, "blocks": n}) until it sends null."""
+    tasks = {**tasks, **{name + WORK: _profiled(task) for name, task in tasks.items()}}
     host, port = args.connect.rsplit(":", 1)
     with socket.create_connection((host, int(port))) as connection, connection.makefile("rw") as channel:
         channel.write(json.dumps({"job": args.job, "rank": rank}) + "\n")
@@ -53,3 +59,17 @@ def serve(args: argparse.Namespace, rank: int, tasks: dict[str, Task], barrier: 
             seconds = time.perf_counter() - started
             channel.write(json.dumps({"rate": samples / seconds, "seconds": seconds, **task.extras()}) + "\n")
             channel.flush()
+
+
+def _profiled(task: Task) -> Task:
+    """Return a task that runs one block of `task` under cProfile and answers, beside the task's own
+    extras, what that block called (`step_work`)."""
+    called: dict[str, Any] = {}
+    samples: list[float] = []
+
+    def run() -> float:
+        samples.clear()
+        called.update(step_work(lambda: samples.append(task.run()), 1))
+        return samples[0]
+
+    return Task(run, task.sync, lambda: {**task.extras(), **called})

@@ -1,0 +1,86 @@
+"""The figure "accel's own work" counts what accel adds to a step instead of timing it: accel's own
+code in full, every call the hand-written step does not make at its mean own time, nothing for the
+calls accel saves; and a profiled step names the same function the same way on both sides. Pure
+functions and one profiled call in this process: no job is started."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a folder of the repository, not an installed package
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.added_work import added_work  # noqa: E402
+from benchmarks.workers.step_work import added, step_work  # noqa: E402
+
+
+def _step(functions: dict[str, list[float]]) -> dict[str, object]:
+    return {"functions": functions, "step_s": 1.0}
+
+
+def test_accel_adds_its_own_code_and_the_calls_the_hand_written_step_does_not_make() -> None:
+    raw = _step({"torch:1:matmul": [10, 0.5, 0], "torch:9:sampler": [4, 0.1, 0], "~:0:len": [3, 0.003, 0]})
+    accel = _step(
+        {
+            "torch:1:matmul": [10, 0.6, 0],  # the same calls, slower here: not accel's
+            "accel:loader.py:5:__iter__": [2, 0.002, 1],  # accel's code: all of it
+            "~:0:len": [5, 0.010, 0],  # 2 more calls than raw: 2/5 of their time
+            "torch:7:all_gather": [1, 0.004, 0],  # a call raw never makes: all of it
+        }
+    )
+    work = added(raw, accel)
+    assert work["own_calls"] == 2 and work["own_s"] == pytest.approx(0.002)
+    assert work["extra_calls"] == 3 and work["extra_s"] == pytest.approx(0.004 + 0.004)
+    assert work["seconds"] == pytest.approx(0.010)
+    assert work["raw_calls"] == 17  # the sampler accel replaced is not credited
+    assert work["largest"][0] in ("torch:7:all_gather", "~:0:len") and work["largest"][2] == pytest.approx(
+        0.004
+    )
+
+
+def test_the_same_work_adds_nothing() -> None:
+    same = _step({"torch:1:matmul": [10, 0.5, 0], "script.py:step": [1, 0.01, 0]})
+    work = added(same, same)
+    assert work["seconds"] == 0 and work["extra_calls"] == 0 and work["largest"][0] == ""
+
+
+def test_a_profiled_step_marks_accel_and_names_the_loops_own_functions_without_their_line() -> None:
+    from accel_state.collectives.nested import recursively_apply
+
+    def raw_step() -> None:
+        torch.ones(2).sum()
+
+    def accel_step() -> None:  # another line of this file, the same role
+        recursively_apply(lambda tensor: tensor.sum(), [torch.ones(2)])
+
+    raw, accel = step_work(raw_step, 3), step_work(accel_step, 3)
+    ours = [name for name, entry in accel["functions"].items() if entry[2]]
+    assert any(name.startswith("accel:nested.py:") and "recursively_apply" in name for name in ours), ours
+    assert not any(entry[2] for entry in raw["functions"].values())
+    assert accel["functions"][f"{__file__}:accel_step"][0] == 1  # per step
+    assert f"{__file__}:raw_step" in raw["functions"] and accel["step_s"] > 0
+    assert not any("0x" in name for name in accel["functions"])  # no address: the same name in any process
+
+
+def test_the_figure_is_accels_added_seconds_in_percent_of_the_hand_written_time() -> None:
+    work = [
+        {
+            "seconds": s,
+            "own_s": s / 2,
+            "extra_s": s / 2,
+            "own_calls": 11,
+            "extra_calls": 1,
+            "raw_calls": 100,
+            "largest": ["torch:7:all_gather", 1, s / 2],
+        }  # fmt: skip
+        for s in (0.001, 0.002, 0.003)
+    ]
+    record = added_work("own work", "g", work, [1.0, 1.0, 0.5], "step", "rank 0", "a note")
+    assert record.samples == {"accel": pytest.approx([0.1, 0.2, 0.6])}
+    assert record.target == "accel<=1.0" and record.unit == "% of the hand-written step"
+    assert "100 calls hand-written" in record.note and "torch:7:all_gather" in record.note
