@@ -19,8 +19,12 @@ from benchmarks.added_work import added_work  # noqa: E402
 from benchmarks.workers.step_work import added, step_work  # noqa: E402
 
 
-def _step(functions: dict[str, list[float]]) -> dict[str, object]:
-    return {"functions": functions, "step_s": 1.0}
+def _step(
+    functions: dict[str, list[float]], profiler_s: tuple[float, float] = (0.0, 0.0)
+) -> dict[str, object]:
+    """A `step_work` answer: {name: [calls, own seconds, accel's, calls it makes]}."""
+    return {"functions": {name: [*entry, 0][:4] for name, entry in functions.items()}, "step_s": 1.0,
+            "profiler_s": list(profiler_s)}  # fmt: skip
 
 
 def test_accel_adds_its_own_code_and_the_calls_the_hand_written_step_does_not_make() -> None:
@@ -41,6 +45,25 @@ def test_accel_adds_its_own_code_and_the_calls_the_hand_written_step_does_not_ma
     assert work["largest"][0] in ("torch:7:all_gather", "~:0:len") and work["largest"][2] == pytest.approx(
         0.004
     )
+
+
+def test_what_the_profiler_adds_to_each_call_is_taken_off() -> None:
+    raw = _step({"torch:1:matmul": [10, 0.5, 0]})
+    accel = _step(
+        {
+            "torch:1:matmul": [10, 0.5, 0],
+            "accel:wrap.py:3:step": [10, 0.0021, 1, 10],
+            "~:0:len": [2, 0.0003, 0],
+        },
+        profiler_s=(0.0001, 0.00005),
+    )
+    work = added(raw, accel)
+    # 10 calls charged 0.1 ms each to the callee and 10 calls made, 0.05 ms each to the caller
+    assert work["own_s"] == pytest.approx(0.0021 - 0.001 - 0.0005)
+    assert work["extra_s"] == pytest.approx(0.0003 - 0.0002)
+    # never below nothing
+    cheap = _step({"accel:wrap.py:3:step": [10, 0.0001, 1, 0]}, profiler_s=(0.0001, 0.0))
+    assert added(_step({}), cheap)["own_s"] == 0
 
 
 def test_the_same_work_adds_nothing() -> None:
@@ -65,6 +88,9 @@ def test_a_profiled_step_marks_accel_and_names_the_loops_own_functions_without_t
     assert accel["functions"][f"{__file__}:accel_step"][0] == 1  # per step
     assert f"{__file__}:raw_step" in raw["functions"] and accel["step_s"] > 0
     assert not any("0x" in name for name in accel["functions"])  # no address: the same name in any process
+    assert accel["functions"][f"{__file__}:accel_step"][3] >= 1  # the calls it makes
+    callee, caller = accel["profiler_s"]
+    assert 0 < callee < 1e-4 and 0 <= caller < 1e-4
 
 
 def test_the_figure_is_accels_added_seconds_in_percent_of_the_hand_written_time() -> None:

@@ -16,13 +16,17 @@ import cProfile
 import pstats
 import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")  # in cProfile's names of some C functions
 BUILTIN = "~"  # cProfile's file name for C functions
-CALLS, OWN_S, OURS = 0, 1, 2  # the fields of a function's entry in `step_work`'s answer
+# The fields of a function's entry in `step_work`'s answer: its calls, own seconds, 1 if accel's
+# code, and the calls it makes.
+CALLS, OWN_S, OURS, MAKES = 0, 1, 2, 3
+CALIBRATION_CALLS, CALIBRATION_TRIES = 20_000, 3
 LIBRARIES = re.compile(r".*/(site-packages|dist-packages|lib/python3\.[0-9]+)/")
 
 
@@ -41,9 +45,10 @@ def accel_folders() -> tuple[str, ...]:
 
 def step_work(step: Callable[[], None], steps: int) -> dict[str, Any]:
     """Run `step` `steps` times under cProfile; return "functions": {name: [calls, own seconds, 1 if
-    accel's code else 0]} per step, names the same across installs (no folder above the package, no
-    address; the caller's own functions by file and name), and "step_s": the profiled step's
-    seconds, profiling included."""
+    accel's code else 0, calls it makes]} per step, names the same across installs (no folder above
+    the package, no address; the caller's own functions by file and name), "step_s": the profiled
+    step's seconds, profiling included, and "profiler_s": what the profiler itself adds to each
+    call, to the callee and to its caller (`profiler_cost`)."""
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(steps):
@@ -52,34 +57,76 @@ def step_work(step: Callable[[], None], steps: int) -> dict[str, Any]:
     read = pstats.Stats(profile)
     stats: dict[Any, Any] = read.stats  # type: ignore[attr-defined]
     folders = accel_folders()
+    names = {function: _name(function, folders) for function in stats}
     functions: dict[str, list[float]] = {}
-    for (file, line, name), (_, count, own_s, _, _) in stats.items():
-        ours = file.startswith(folders)
-        if ours:
-            where = f"accel:{Path(file).name}:{line}"
-        elif LIBRARIES.match(file) or file == BUILTIN:
-            where = f"{LIBRARIES.sub('', file)}:{line}"
-        else:  # the loop's own code: its two sides are the same functions at other lines
-            where = file
-        key = f"{where}:{ADDRESS.sub('', name)}"
-        entry = functions.setdefault(key, [0.0, 0.0, float(ours)])
-        entry[0] += count / steps
-        entry[1] += own_s / steps
+    for function, (_, count, own_s, _, callers) in stats.items():
+        entry = functions.setdefault(names[function], [0.0, 0.0, float(function[0].startswith(folders)), 0.0])
+        entry[CALLS] += count / steps
+        entry[OWN_S] += own_s / steps
+        for caller, (_, calls, *_) in callers.items():
+            if caller in names:  # not the profiler's own enable/disable
+                functions.setdefault(names[caller], [0.0, 0.0, float(caller[0].startswith(folders)), 0.0])
+                functions[names[caller]][MAKES] += calls / steps
     total_s: float = read.total_tt  # type: ignore[attr-defined]
-    return {"functions": functions, "step_s": total_s / steps}
+    return {"functions": functions, "step_s": total_s / steps, "profiler_s": profiler_cost()}
+
+
+def _name(function: tuple[str, int, str], folders: tuple[str, ...]) -> str:
+    file, line, name = function
+    if file.startswith(folders):
+        where = f"accel:{Path(file).name}:{line}"
+    elif LIBRARIES.match(file) or file == BUILTIN:
+        where = f"{LIBRARIES.sub('', file)}:{line}"
+    else:  # the loop's own code: its two sides are the same functions at other lines
+        where = file
+    return f"{where}:{ADDRESS.sub('', name)}"
+
+
+def _empty() -> None:
+    pass
+
+
+def _calling(count: int) -> None:
+    for _ in range(count):
+        _empty()
+
+
+def profiler_cost() -> list[float]:
+    """Return the seconds cProfile adds to each call on this machine, [to the callee's own time, to
+    the caller's]: an empty function called CALIBRATION_CALLS times, profiled and not, the least of
+    CALIBRATION_TRIES tries (what is taken off is never more than the profiler adds)."""
+    callee = caller = float("inf")
+    for _ in range(CALIBRATION_TRIES):
+        started = time.perf_counter()
+        _calling(CALIBRATION_CALLS)
+        plain_s = time.perf_counter() - started
+        profile = cProfile.Profile()
+        profile.enable()
+        _calling(CALIBRATION_CALLS)
+        profile.disable()
+        stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        own = {name: own_s for (_, _, name), (_, _, own_s, _, _) in stats.items()}
+        callee = min(callee, own[_empty.__name__] / CALIBRATION_CALLS)
+        caller = min(caller, max(0.0, own[_calling.__name__] - plain_s) / CALIBRATION_CALLS)
+    return [callee, caller]
+
+
+def _cost(entry: list[float], profiler_s: list[float]) -> float:
+    """Return a function's own seconds less what the profiler added to its calls and theirs."""
+    return max(0.0, entry[OWN_S] - entry[CALLS] * profiler_s[0] - entry[MAKES] * profiler_s[1])
 
 
 def added(raw: dict[str, Any], accel: dict[str, Any]) -> dict[str, Any]:
     """Return what accel's `step_work` answer adds to the hand-written one's: "seconds" (accel's own
-    code, and the extra calls at their mean own time) of which "own_s" and "extra_s", "own_calls"
-    (calls of accel's code), "extra_calls" (calls the hand-written step does not make) and
-    "raw_calls" (all the hand-written step's calls), and "largest": the extra calls that take the
-    most, as [name, calls, seconds]."""
+    code, and the extra calls at their mean own time, less what the profiler adds to each call) of
+    which "own_s" and "extra_s", "own_calls" (calls of accel's code), "extra_calls" (calls the
+    hand-written step does not make) and "raw_calls" (all the hand-written step's calls), and
+    "largest": the extra calls that take the most, as [name, calls, seconds]."""
     own_calls = extra_calls = own_s = extra_s = 0.0
     largest: list[Any] = ["", 0.0, 0.0]
     theirs = raw["functions"]
     for name, entry in accel["functions"].items():
-        calls, seconds = entry[CALLS], entry[OWN_S]
+        calls, seconds = entry[CALLS], _cost(entry, accel["profiler_s"])
         if entry[OURS]:
             own_calls, own_s = own_calls + calls, own_s + seconds
             continue
