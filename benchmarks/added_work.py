@@ -33,9 +33,9 @@ def added_work(
     how = (
         f"one {unit} under cProfile ({where}) makes {median('raw_calls'):.0f} calls hand-written; accel's "
         f"makes {median('own_calls'):.0f} calls in accel's code ({median('own_s') * 1e3:.3g} ms) and "
-        f"{median('extra_calls'):.0f} other calls the hand-written {unit} does not make "
-        f"({median('extra_s') * 1e3:.3g} ms at their mean own time{_largest(work)}), against the "
-        f"hand-written {unit}'s time (profiled, less the profiler's own cost per call measured beside it: "
+        f"{median('extra_calls'):.0f} other calls that the hand-written loop does not make "
+        f"({median('extra_s') * 1e3:.3g} ms at their mean own time{_largest(work)}), against the time "
+        f"of the hand-written {unit} (profiled, less the profiler's own cost per call measured beside it: "
         f"an upper bound); steps/s >= 0.99x hand-written holds "
         "wherever this is <= 1%"
     )

@@ -65,6 +65,6 @@ def measure(options: RunOptions) -> list[Measurement]:
         if work:
             added = f"accel's own work, MLP 4x512 {engine_label}"
             results.append(
-                block_work(added, "engines_work", work[engine], answers[RAW], f"{steps} steps", note)
+                block_work(added, "engines_work", work[engine], answers[RAW], f"block of {steps} steps", note)
             )
     return results
