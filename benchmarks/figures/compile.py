@@ -30,7 +30,7 @@ MODELS = {
     "encoder 12x256": {"blocks": 12, "width": 256, "heads": 4, "sequence": 128, "batch": 4},
 }
 QUICK_MODELS = {"encoder 2x32": {"blocks": 2, "width": 32, "heads": 2, "sequence": 16, "batch": 2}}
-STEPS = {"warmup": 3, "steps": 10}
+STEPS = {"warmup": 3, "steps": 20}
 QUICK_STEPS = {"warmup": 1, "steps": 3}
 # (label, worker --variant, reuses the cold regional run's cache)
 VARIANTS = (
