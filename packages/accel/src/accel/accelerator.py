@@ -355,7 +355,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16 (by the backend)."""
-        self.gradient_state.note_backward()
+        self.gradient_state.backward_calls += 1  # note_backward(), a call fewer on every step
         self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
@@ -372,10 +372,12 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self.gradient_state.set_sync_gradients(self._sync_this_step())
         # sync_each_batch: all-reduce every batch (no no_sync), still stepping every num_steps.
         sync_each_batch = self.use_distributed and self.gradient_state.sync_each_batch
+        if self.sync_gradients or sync_each_batch:  # nothing to enter: no ExitStack on every batch
+            yield
+            return
         with contextlib.ExitStack() as stack:
-            if not (self.sync_gradients or sync_each_batch):
-                for model in models:
-                    stack.enter_context(self.backend.no_sync(model))
+            for model in models:
+                stack.enter_context(self.backend.no_sync(model))
             yield
 
     @contextlib.contextmanager

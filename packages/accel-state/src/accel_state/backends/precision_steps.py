@@ -29,11 +29,14 @@ class PrecisionSteps:
         steps = self.gradient_state.num_steps
         if steps > 1:
             loss = loss / steps
-        self.precision.scale_loss(loss).backward(**kwargs)
+        # Without a scaler the policy's loss is the loss: two calls fewer on every step.
+        (loss if self.precision.scaler is None else self.precision.scale_loss(loss)).backward(**kwargs)
 
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
     ) -> tuple[Any, bool]:
+        if self.precision.scaler is None:  # the policy's step is the optimizer's own
+            return (optimizer.step(closure) if closure is not None else optimizer.step()), False
         return self.precision.optimizer_step(optimizer, closure)
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
