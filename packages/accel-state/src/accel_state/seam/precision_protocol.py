@@ -17,6 +17,8 @@ class Precision(Protocol):
     """How a step computes and scales: the methods a backend calls on its precision policy."""
 
     mode: str
+    # None promises that scale_loss returns the loss and optimizer_step is the optimizer's own:
+    # the backends then call neither on the hot path.
     scaler: torch.amp.GradScaler | None
     autocast_dtype: torch.dtype | None  # what the model computes in; None: its own dtype (fp32)
 
