@@ -72,3 +72,16 @@ def test_clipping_under_fp16_bounds_the_true_gradient_norm():
     assert norm <= 0.5 + 1e-4
     optimizer.step()  # unscaled once already: stepping must not unscale again
     assert not accelerator.optimizer_step_was_skipped
+
+
+@pytest.mark.parametrize("mode", ["no", "bf16", "fp16"])
+def test_backward_counts_itself_so_zero_grad_keeps_pending_gradients(mode):
+    accelerator, model, optimizer, _ = _prepared(mode)
+    before = accelerator.gradient_state.backward_calls
+    accelerator.backward(model(torch.randn(3, 4)).pow(2).mean())
+    assert accelerator.gradient_state.backward_calls == before + 1
+    grads = [p.grad.clone() for p in model.parameters()]
+    optimizer.step()
+    optimizer.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+    assert any(g.abs().sum() > 0 for g in grads)

@@ -125,3 +125,18 @@ def test_deepcopy_of_a_wrapped_model_computes_with_the_copys_weights():
         clone.bias.zero_()
     assert clone(torch.ones(1, 2)).item() == 0.0
     assert model(torch.ones(1, 2)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("mode", ["no", "bf16"])
+def test_a_policy_without_a_scaler_keeps_the_protocols_promise(mode):
+    # The backends skip scale_loss and optimizer_step when scaler is None: both must be pass-throughs.
+    policy = precision_policy(mode, CPU)
+    assert policy.scaler is None
+    loss = torch.tensor(2.0, requires_grad=True)
+    assert policy.scale_loss(loss) is loss
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    weight.grad = torch.ones(2)
+    result, skipped = policy.optimizer_step(optimizer, lambda: 7.0)
+    assert (result, skipped) == (7.0, False)
+    assert weight.detach().tolist() == [0.5, 0.5]

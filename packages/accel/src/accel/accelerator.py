@@ -355,7 +355,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16 (by the backend)."""
-        self.gradient_state.backward_calls += 1  # note_backward(), a call fewer on every step
+        self.gradient_state.note_backward()
         self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
