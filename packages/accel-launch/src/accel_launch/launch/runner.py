@@ -15,6 +15,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accel_launch.launch.start_up import imports_without_collection
+
 # The agent logs at WARNING level on every launch (banners, rendezvous details); only errors help.
 _AGENT_LOGLEVEL = "ERROR"
 PREFIX = "accel launch"
@@ -29,7 +31,8 @@ def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = F
     (accel_launch.launch.supervisor), written as JSON into torchrun's `--log_dir` when `argv` has
     one (else into the job's diagnosis folder).
     """
-    from accel_launch.launch.supervisor import Supervisor
+    with imports_without_collection():
+        from accel_launch.launch.supervisor import Supervisor
 
     env = dict(env)
     supervisor = Supervisor.for_job(env, _log_dir(argv))
@@ -52,13 +55,14 @@ def _log_dir(argv: Sequence[str]) -> str | None:
 
 def _run_supervised(argv: Sequence[str], env: Mapping[str, str], supervisor: Any, debug: bool) -> int:
     os.environ.update(env)
-    quiet_agent_logs()
-    from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    with imports_without_collection():
+        quiet_agent_logs()
+        from torch.distributed import run as torchrun
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from accel_launch.launch.supervisor import supervising
-    from accel_launch.rendezvous import loopback as loopback_rendezvous
+        from accel_launch.launch.supervisor import supervising
+        from accel_launch.rendezvous import loopback as loopback_rendezvous
 
     loopback_rendezvous.register()
     args = torchrun.get_args_parser().parse_args(list(argv))
