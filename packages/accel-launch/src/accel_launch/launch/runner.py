@@ -29,7 +29,8 @@ def run_torchrun(argv: Sequence[str], env: Mapping[str, str], *, debug: bool = F
     `debug` keeps the launcher's traceback when the launcher itself fails. A rank that fails, or a
     job without progress for ACCEL_HANG_TIMEOUT seconds, gets one diagnosis of every rank first
     (accel_launch.launch.supervisor), written as JSON into torchrun's `--log_dir` when `argv` has
-    one (else into the job's diagnosis folder).
+    one (else into the job's diagnosis folder). Meant for a launcher's own process: what it imports
+    is frozen out of the collector's walks (accel_launch.launch.start_up).
     """
     with imports_without_collection():
         from accel_launch.launch.supervisor import Supervisor

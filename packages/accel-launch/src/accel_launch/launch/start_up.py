@@ -1,10 +1,11 @@
 """The launcher's start-up imports (torch and its elastic agent) without Python's full collections.
 
-Importing torch makes some 300,000 objects that live as long as the launcher does. Python's
-automatic collection walks all of them again whenever enough new ones have piled up: measured on a
-2-core machine, two or three full collections of 35-60 ms each while the launcher imports torch,
-before it starts a single worker (torchrun pays two of them; accel's own imports tipped it into a
-third). None of them can find garbage among objects that are still being imported.
+Importing torch and its agent leaves some 170,000 objects for the collector to track, and they live as
+long as the launcher does. Python's automatic full collections walk all of them again whenever
+enough new ones have piled up: measured on a 2-core machine, torchrun's launcher runs two while it
+imports (35 ms in all), accel's ran three (95-130 ms: its own imports tipped it into a third), all
+before a single worker starts, and the interpreter walks them once more as it exits. None of them
+can find garbage among objects that are still being imported.
 
 So the launcher defers collection while it imports, then freezes what it imported (moves it out
 of the collector's generations: later collections never walk it again) and collects as usual while
