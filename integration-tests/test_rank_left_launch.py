@@ -12,6 +12,7 @@ pytestmark = pytest.mark.slow
 
 # A short timeout: a rank left waiting fails the test in a minute, not in half an hour.
 ENV = {"ACCEL_TIMEOUT": "60"}
+GLOO_LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
 
 SCRIPT = """\
 import sys, time, torch
@@ -56,4 +57,7 @@ def test_the_ranks_still_in_a_collective_are_told_who_left(tmp_path, case):
     lines = [line for line in result.stdout.splitlines() if line.startswith("RANK_LEFT_ERROR ")]
     assert len(lines) == 1, result.stdout + result.stderr[-3000:]
     assert CASES[case] in lines[0]
-    assert "Connection closed by peer" in lines[0], "gloo's own error stays quoted"
+    # gloo's own error stays quoted. Its wording depends on how the leaver's sockets went: closed
+    # ("Connection closed by peer") or reset with data unread ("Read error ...: Connection reset by peer").
+    quoted = lines[0].partition("Original error: ")[2]
+    assert any(mark in quoted for mark in GLOO_LOST_PEER), lines[0]
