@@ -76,12 +76,20 @@ def test_clipping_under_fp16_bounds_the_true_gradient_norm():
 
 @pytest.mark.parametrize("mode", ["no", "bf16", "fp16"])
 def test_backward_counts_itself_so_zero_grad_keeps_pending_gradients(mode):
-    accelerator, model, optimizer, _ = _prepared(mode)
+    # The optimizer's zero_grad keeps gradients no step applied yet only if backward was counted.
+    torch.manual_seed(0)
+    accelerator = Accelerator(mixed_precision=mode, gradient_accumulation_steps=2)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    model, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     before = accelerator.gradient_state.backward_calls
-    accelerator.backward(model(torch.randn(3, 4)).pow(2).mean())
+    with accelerator.accumulate(model):  # the window's first micro-step: no sync, no step
+        accelerator.backward(model(torch.randn(3, 4)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
     assert accelerator.gradient_state.backward_calls == before + 1
-    grads = [p.grad.clone() for p in model.parameters()]
-    optimizer.step()
-    optimizer.zero_grad()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    with accelerator.accumulate(model):  # the window's last: it steps, then clears
+        accelerator.backward(model(torch.randn(3, 4)).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
     assert all(p.grad is None for p in model.parameters())
-    assert any(g.abs().sum() > 0 for g in grads)
