@@ -1,6 +1,6 @@
 """One model size of the checkpoint figure, in one fresh process: save and load seconds per round.
 
-    python checkpoint_job.py --contenders raw,accel --megabytes 100 --rounds 5 --dir DIR
+    python checkpoint_job.py --contenders raw,accel --megabytes 100 --rounds 5 --repeats 1 --dir DIR
 
 One model (Linear layers of width 1024) with AdamW stepped once (its two moments: twice the
 model's size), shared by every contender:
@@ -8,9 +8,11 @@ model's size), shared by every contender:
   `torch.load(weights_only=True)` + `load_state_dict` of both;
 - accel / accelerate: `accelerator.save_state(folder)` / `load_state(folder)`, each library
   having prepared the same model and optimizer (safetensors weights, RNG states, metadata).
-Each round runs every contender (save, then load of what it just saved), in an order rotating
-from round to round. Before each timed call the older folders are removed and `os.sync` flushes
-dirty pages (neither timed), and every save writes a new folder (see `benchmarks.workers.folders`).
+Each round runs every contender (save, then load of what it just saved, `--repeats` times: a
+round's figure is the median of its repeats, so that a small model's few milliseconds are not one
+call's luck), in an order rotating from round to round. Before each timed call the older folders
+are removed and `os.sync` flushes dirty pages (neither timed), and every save writes a new folder
+(see `benchmarks.workers.folders`).
 Emits {"bytes": model bytes, "save": {contender: [s per round]}, "load": {...}}.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +87,7 @@ def main() -> None:
     parser.add_argument("--contenders", required=True)
     parser.add_argument("--megabytes", type=int, required=True)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=1, help="save/load pairs per contender per round")
     parser.add_argument("--dir", type=Path, required=True, help="an empty folder to write into")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -101,12 +105,16 @@ def main() -> None:
         calls[name]["save"](), calls[name]["load"]()
     for round_index in range(args.rounds):
         for name in round_order(contenders, round_index):
-            for operation in ("save", "load"):
-                folders.keep_newest()
-                os.sync()
-                started = time.perf_counter()
-                calls[name][operation]()
-                results[operation][name].append(time.perf_counter() - started)
+            seconds: dict[str, list[float]] = {"save": [], "load": []}
+            for _ in range(args.repeats):
+                for operation in ("save", "load"):
+                    folders.keep_newest()
+                    os.sync()
+                    started = time.perf_counter()
+                    calls[name][operation]()
+                    seconds[operation].append(time.perf_counter() - started)
+            for operation, taken in seconds.items():
+                results[operation][name].append(statistics.median(taken))
     emit(results)
 
 

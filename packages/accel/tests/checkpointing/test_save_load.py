@@ -255,7 +255,7 @@ def test_format_1_checkpoints_checked_by_sha256_still_load(tmp_path):
     expected = (random.random(), np.random.rand(), torch.rand(1))
     # accel 0.1 kept the random states in a torch file, the generators' words as lists.
     new_file = folder / "random_states_0.safetensors"
-    states = rng._from_file(_load_safetensors(new_file)[0])
+    states = rng._from_file(_load_safetensors(new_file))
     states["python"][1], states["numpy"][1] = states["python"][1].tolist(), states["numpy"][1].tolist()
     torch.save(states, folder / "random_states_0.pt")
     new_file.unlink()

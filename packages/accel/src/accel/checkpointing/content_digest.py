@@ -5,8 +5,7 @@ time to load a large checkpoint. This digest checks what matters instead: that t
 gives back are the ones that were saved. Each tensor's bytes go through xxh3-128 (xxhash), a hash
 made for checking data at memory speed (about 20 GB/s on one core, outside the GIL), read in place
 from the tensor's memory; a tensor's digest is the xxh3-128 of its dtype, shape and its bytes'
-xxh3-128, so that a reader that hashed a storage's bytes while they arrived (`StreamedDigests`)
-needs no second pass over them. The structure around the tensors (keys, numbers, strings) and each
+xxh3-128. The structure around the tensors (keys, numbers, strings) and each
 tensor's digest then go through one more xxh3-128. Any change to the bytes, their order included,
 changes the result; each tensor's own digest is kept too, so that a check that fails can name the
 tensor. Large objects are hashed on several threads.
@@ -30,9 +29,6 @@ import xxhash
 DIGEST_NAME = "accel-content-v3-xxh3-128"
 DIGEST_V2 = "accel-content-v2-xxh3-128"
 
-# Given a tensor, the xxh3-128 of its bytes when already known (hashed while they were read), else None.
-KnownBytesDigest = Callable[[torch.Tensor], "bytes | None"]
-
 
 @dataclasses.dataclass(frozen=True)
 class Digest:
@@ -51,28 +47,22 @@ def content_digest(obj: Any) -> str:
     return digest_of(obj).whole
 
 
-def digest_of(obj: Any, known: KnownBytesDigest | None = None, algorithm: str = DIGEST_NAME) -> Digest:
+def digest_of(obj: Any, algorithm: str = DIGEST_NAME) -> Digest:
     """Return the digest of `obj` and of each tensor in it.
 
-    `known` gives the bytes' digest of tensors whose bytes were hashed as they were read; the others
-    are hashed here, those of a large object on several threads (xxhash runs outside the GIL).
+    The tensors of a large object are hashed on several threads (xxhash runs outside the GIL).
     `algorithm` is `DIGEST_NAME` or, to check an older checkpoint, `DIGEST_V2`.
     """
     found: list[tuple[str, torch.Tensor]] = []
     structure = xxhash.xxh3_128()
     _feed(structure, found, (), obj)
     tensors = [t for _, t in found]
-    if algorithm == DIGEST_V2:
-        digest: Callable[..., bytes] = tensor_digest_v2
-        arguments: list[list[Any]] = [tensors]
-    else:
-        digest = tensor_digest
-        arguments = [tensors, [None if known is None else known(t) for t in tensors]]
-    size = sum(t.numel() * t.element_size() for t, *given in zip(*arguments, strict=True) if not any(given))
+    digest: Callable[[torch.Tensor], bytes] = tensor_digest_v2 if algorithm == DIGEST_V2 else tensor_digest
+    size = sum(t.numel() * t.element_size() for t in tensors)
     if len(tensors) > 1 and size >= _PARALLEL_BYTES:
-        digests = list(_hashing_pool().map(digest, *arguments))
+        digests = list(_hashing_pool().map(digest, tensors))
     else:
-        digests = list(map(digest, *arguments))
+        digests = list(map(digest, tensors))
     whole = xxhash.xxh3_128(structure.digest())
     by_path: dict[str, str] = {}
     for (name, _), one in zip(found, digests, strict=True):
@@ -124,11 +114,10 @@ def _feed(hasher: Any, found: list[tuple[str, torch.Tensor]], path: tuple[Any, .
         hasher.update(f"{type(obj).__name__}={obj!r};".encode())
 
 
-def tensor_digest(tensor: torch.Tensor, bytes_digest: bytes | None = None) -> bytes:
-    """Return a tensor's 16-byte digest: the xxh3-128 of its dtype, shape and `bytes_digest`, the
-    xxh3-128 of its bytes (read in place when it can), computed here unless given."""
-    if bytes_digest is None:
-        bytes_digest = xxhash.xxh3_128(tensor_bytes(tensor)).digest()
+def tensor_digest(tensor: torch.Tensor) -> bytes:
+    """Return a tensor's 16-byte digest: the xxh3-128 of its dtype, shape and the xxh3-128 of its
+    bytes (read in place when it can)."""
+    bytes_digest = xxhash.xxh3_128(tensor_bytes(tensor)).digest()
     return xxhash.xxh3_128(f"{tensor.dtype}{tuple(tensor.shape)}:".encode() + bytes_digest).digest()
 
 

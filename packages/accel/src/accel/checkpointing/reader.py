@@ -7,29 +7,24 @@ the folder are refused. Reading never unpickles arbitrary objects: safetensors, 
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import torch
 
-from accel.checkpointing.content_digest import DIGEST_NAME, DIGEST_V2, KnownBytesDigest, digest_of
+from accel.checkpointing.content_digest import DIGEST_NAME, DIGEST_V2, digest_of
 from accel.checkpointing.content_digest_v1 import DIGEST_NAME as DIGEST_V1
 from accel.checkpointing.content_digest_v1 import content_digest_v1
 from accel.checkpointing.digests import check_later, file_digest
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
-from accel.checkpointing.streamed_digests import StreamedFile
 from accel_launch.checkpoints.progress import NO_PROGRESS, Progress
 
 KNOWN_DIGESTS = (DIGEST_NAME, DIGEST_V2, DIGEST_V1)
-# Files smaller than this are checked on the reading thread: handing one to the checking thread
-# (waking it, the GIL passed back and forth) costs more than hashing it.
-INLINE_CHECK_BYTES = 1 << 20
 
 
 class FolderReader:
@@ -122,32 +117,17 @@ class FolderReader:
         """Yield what each file holds, in order, each only once checked against checkpoint.json.
 
         `.safetensors` files give (tensors, metadata), `.json` files their data, the others
-        torch.load(weights_only=True) onto the CPU. File k+1 is loaded while a second thread checks
-        file k: the loading waits on the disk and the kernel, the digest on memory bandwidth. A torch
-        file's storages are hashed while they are read (`StreamedFile`), so that its check after the
-        load only combines their digests.
+        torch.load(weights_only=True) onto the CPU; the tensors of both are views of the mapped
+        file (`accel.checkpointing.owned_memory` says why, and who copies them). Each file is
+        checked as soon as it is loaded, on this thread: a check hashes the page cache in place
+        (large objects on several threads, `digest_of`). Measured on 2 cores, handing the check
+        to a second thread, or hashing a torch file's storages while they were read, saved nothing:
+        loading and hashing both wait on memory.
         """
-        pending: concurrent.futures.Future[Any] | None = None
         for name in names:
-            try:
-                value, known = self._load(name)
-            except CheckpointError:
-                if pending is not None:
-                    pending.result()  # an earlier file's verdict is reported first
-                raise
-            self.progress.advance(int(self.files[name]["size"]))
-            if self.files[name]["size"] < INLINE_CHECK_BYTES:
-                if pending is not None:
-                    yield pending.result()
-                    pending = None
-                yield self._checked(name, value, known)
-                continue
-            checked = check_later(self._checked, name, value, known)
-            if pending is not None:
-                yield pending.result()
-            pending = checked
-        if pending is not None:
-            yield pending.result()
+            value, size = self._load(name), int(self.files[name]["size"])
+            self.progress.advance(size)
+            yield self._checked(name, value)
 
     def _check_bytes(self, name: str, data: bytes | None = None) -> None:
         """Check file `name` by the sha256 of its bytes (`data`, when they were read already)."""
@@ -161,15 +141,15 @@ class FolderReader:
                 f"{self.metadata_path}"
             )
 
-    def _load(self, name: str) -> tuple[Any, KnownBytesDigest | None]:
-        """Return what file `name` holds, unchecked, and the digests of the bytes hashed while reading it."""
+    def _load(self, name: str) -> Any:
+        """Return what file `name` holds, unchecked."""
         path = self.folder / name
         if name not in self.files:
             raise CheckpointError(
                 f"{path} is not part of the checkpoint ({self.metadata_path} does not list it)"
             )
         if path.suffix == ".json":  # small: read once, checked and parsed from the same bytes
-            return self._load_json(name, path), None
+            return self._load_json(name, path)
         self._check_bytes(name)
         load, what = _LOADERS.get(path.suffix, _TORCH_LOADER)
         try:
@@ -193,7 +173,7 @@ class FolderReader:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise CheckpointError(f"{path} is corrupt: it cannot be loaded as JSON: {reason}") from error
 
-    def _checked(self, name: str, value: Any, known: KnownBytesDigest | None = None) -> Any:
+    def _checked(self, name: str, value: Any) -> Any:
         entry = self.files[name]
         expected = entry.get("content")
         if expected is None:
@@ -203,7 +183,7 @@ class FolderReader:
                 raise CheckpointError(f"{self.folder / name} is corrupt: {_DIFFERS} (its {DIGEST_V1} digest "
                                       f"does not match {self.metadata_path})")  # fmt: skip
             return value
-        found = digest_of(value, known, self.digest_name)
+        found = digest_of(value, algorithm=self.digest_name)
         if found.whole != expected:
             what = _differing_tensors(name, entry.get("tensors"), found.tensors) or _DIFFERS
             raise CheckpointError(
@@ -235,22 +215,26 @@ def _differing_tensors(name: str, recorded: Any, found: dict[str, str]) -> str |
     )
 
 
-def _load_torch(path: Path) -> tuple[Any, KnownBytesDigest]:
-    with StreamedFile(path) as file:
-        return torch.load(cast(IO[bytes], file), map_location="cpu", weights_only=True), file.bytes_digest
+def _load_torch(path: Path) -> Any:
+    """Load a torch file mapped, not copied: its tensors are views of the page cache until restored
+    (`accel.checkpointing.owned_memory`). A file of the format before zip archives cannot be mapped."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as error:
+        if "mmap can only be used" not in str(error):
+            raise
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def _load_safetensors(path: Path) -> tuple[tuple[dict[str, torch.Tensor], dict[str, str]], None]:
+def _load_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as handle:
-        return ({name: handle.get_tensor(name) for name in handle.keys()}, handle.metadata() or {}), None
+        return {name: handle.get_tensor(name) for name in handle.keys()}, handle.metadata() or {}
 
 
 _TORCH_LOADER = (_load_torch, "a weights-only torch file (tensors and plain containers only)")
-_LOADERS: dict[str, tuple[Callable[[Path], tuple[Any, KnownBytesDigest | None]], str]] = {
-    ".safetensors": (_load_safetensors, "safetensors")
-}
+_LOADERS: dict[str, tuple[Callable[[Path], Any], str]] = {".safetensors": (_load_safetensors, "safetensors")}
 
 
 def _refused_global(error: Exception) -> str | None:

@@ -16,6 +16,7 @@ import torch
 from accel.checkpointing.errors import CheckpointError
 from accel.checkpointing.fit import LAYOUT_KEY, check_optimizer_fits, check_weights_fit, parameter_names
 from accel.checkpointing.layout import TRAINING_STATE_NAME, model_weights, suffix
+from accel.checkpointing.owned_memory import into_optimizer_memory, owned
 from accel.checkpointing.reader import FolderReader
 from accel.checkpointing.registry import CheckpointRegistry
 from accel.checkpointing.rng import older_rng_file_name, restore_rng_states, rng_file_name, rng_states
@@ -25,6 +26,10 @@ from accel_state import PreparedObjects
 
 def _load_model(accelerator: Any, model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
     accelerator.backend.load_state_dict(model, weights)
+
+
+def _load_optimizer(optimizer: Any, saved: dict[str, Any]) -> None:
+    optimizer.load_state_dict(into_optimizer_memory(optimizer, saved))
 
 
 def _fitting_weights(
@@ -122,10 +127,6 @@ def random_states_file(reader: FolderReader, rank: int) -> str | None:
 Restore = tuple[str, Callable[[Any], Any], Callable[[Any], None]]
 
 
-def _as_read(loaded: Any) -> Any:
-    return loaded
-
-
 def restore_plan(
     accelerator: Any,
     prepared: PreparedObjects,
@@ -148,14 +149,14 @@ def restore_plan(
         fits = functools.partial(
             _fitting_optimizer, accelerator, optimizer, reader.folder / name, _layout(reader, i)
         )
-        restores.append((name, fits, optimizer.load_state_dict))
+        restores.append((name, fits, functools.partial(_load_optimizer, optimizer)))
     for i, scheduler in enumerate(prepared.schedulers):
-        restores.append((f"scheduler{suffix(i)}.bin", _as_read, scheduler.load_state_dict))
+        restores.append((f"scheduler{suffix(i)}.bin", owned, scheduler.load_state_dict))
     scaler = accelerator.precision.scaler
     if scaler is not None and reader.has("scaler.pt"):
-        restores.append(("scaler.pt", _as_read, scaler.load_state_dict))
+        restores.append(("scaler.pt", owned, scaler.load_state_dict))
     for i, obj in enumerate(registry.custom_objects):
-        restores.append((f"custom_checkpoint_{i}.pt", _as_read, obj.load_state_dict))
+        restores.append((f"custom_checkpoint_{i}.pt", owned, obj.load_state_dict))
     loaders = prepared.data_loaders
 
     def restore_training_state(training: dict[str, Any]) -> None:
