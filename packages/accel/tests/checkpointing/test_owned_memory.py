@@ -114,3 +114,24 @@ def test_a_state_of_another_shape_or_form_is_copied_into_new_memory(tmp_path):
 def test_a_torch_file_of_the_older_format_still_loads(tmp_path):
     torch.save({"a": torch.arange(4)}, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
     assert torch.equal(_load_torch(tmp_path / "old.pt")["a"], torch.arange(4))
+
+
+def test_a_file_system_that_cannot_map_files_still_loads(tmp_path, monkeypatch):
+    saver, _, saved_optimizer, _ = _trained(seed=1)
+    folder = Path(save_state(saver, tmp_path / "c"))
+    expected = {key: value.clone() for key, value in _state_tensors(saved_optimizer).items()}
+    real_load = torch.load
+    mapped = []
+
+    def no_mmap(*args, **kwargs):
+        if kwargs.get("mmap"):
+            mapped.append(args[0])
+            raise OSError(19, "No such device")  # what mmap(2) says on a file system without it
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", no_mmap)
+    accelerator, _, optimizer, _ = _trained(seed=2)
+    load_state(accelerator, folder)
+    assert mapped  # every torch file was tried mapped first
+    loaded = _state_tensors(optimizer)
+    assert all(torch.equal(loaded[key], value) for key, value in expected.items())

@@ -217,12 +217,13 @@ def _differing_tensors(name: str, recorded: Any, found: dict[str, str]) -> str |
 
 def _load_torch(path: Path) -> Any:
     """Load a torch file mapped, not copied: its tensors are views of the page cache until restored
-    (`accel.checkpointing.owned_memory`). A file of the format before zip archives cannot be mapped."""
+    (`accel.checkpointing.owned_memory`). A file that cannot be mapped (torch's format before zip
+    archives, a file system without mmap) is read as before; a corrupt one fails that read too, which
+    gives the error reported."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as error:
-        if "mmap can only be used" not in str(error):
-            raise
+    except Exception:  # noqa: BLE001 - read again below, where its own error is raised
+        pass
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
