@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from benchmarks import table
+from benchmarks import standing, table
 
 HOW_TO_RUN = """\
 Run them with `nox -s bench` (installs accel, `accelerate==1.15.0`, DeepSpeed and matplotlib), or
@@ -40,8 +40,11 @@ hand, the device and process group, DDP vs FSDP2 memory and the GPU head-to-head
 QUICK = "a quick run (1 round of tiny inputs: a smoke test, not a measurement)"
 
 
-def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
-    """Return the README text for `run`, read from `results_file`, with links relative to `readme`."""
+def render(
+    run: dict[str, Any], results_file: Path, readme: Path, standings: list[standing.Standing] | None = None
+) -> str:
+    """Return the README text for `run`, read from `results_file`, with links relative to `readme`;
+    with `standings`, a section of where every target stands across all results comes first."""
     here = readme.parent
     source = os.path.relpath(results_file, here)
     machine, versions, options = run["machine"], run["versions"], run["options"]
@@ -63,6 +66,7 @@ def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
         *_contention(run),
         *_updates(run),
         "",
+        *standing.markdown(standings or [], readme),
         "## Results",
         "",
         table.markdown(run),
@@ -88,9 +92,11 @@ def render(run: dict[str, Any], results_file: Path, readme: Path) -> str:
     return "\n".join(lines)
 
 
-def write(run: dict[str, Any], results_file: Path, readme: Path) -> None:
+def write(
+    run: dict[str, Any], results_file: Path, readme: Path, standings: list[standing.Standing] | None = None
+) -> None:
     readme.parent.mkdir(parents=True, exist_ok=True)
-    readme.write_text(render(run, results_file, readme))
+    readme.write_text(render(run, results_file, readme, standings))
 
 
 def _updates(run: dict[str, Any]) -> list[str]:

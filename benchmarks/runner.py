@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks import machine, plots, probe, readme, report, table
+from benchmarks import machine, plots, probe, readme, report, standing, table
 from benchmarks.measurement import ACCEL, ACCELERATE, CONTENDERS, RAW, Measurement, RunOptions
 
 HERE = Path(__file__).resolve().parent
@@ -159,7 +159,9 @@ def regenerate_readme(folder: Path, readme_path: Path, redraw: bool = False) -> 
     if redraw:
         draw_plots(run, latest)
         report.write(run, latest)
-    readme.write(run, latest, readme_path)
+    # The main README also says where every target stands across the topical re-runs' folders.
+    main = readme_path.resolve() == DEFAULT_README and folder.resolve() == DEFAULT_OUTPUT
+    readme.write(run, latest, readme_path, standing.newest(DEFAULT_OUTPUT) if main else None)
     print(f"benchmarks: {readme_path} regenerated from {latest}")
 
 

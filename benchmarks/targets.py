@@ -74,6 +74,11 @@ def check(target: str, medians: dict[str, float], ratios: dict[str, Summary]) ->
     return status, "; ".join(details)
 
 
+def holds(op: str, value: float, bound: float) -> bool:
+    """Return whether `value op bound` holds ("<=", ">=", "<", ">")."""
+    return _OPERATORS[op](value, bound)
+
+
 def _median_verdict(key: str, value: float, op: str, bound: float) -> tuple[str, str]:
     """Judge a clause on the median alone: what a single contender or an unpaired ratio offers."""
     if _OPERATORS[op](value, bound):
