@@ -41,10 +41,15 @@ QUICK = "a quick run (1 round of tiny inputs: a smoke test, not a measurement)"
 
 
 def render(
-    run: dict[str, Any], results_file: Path, readme: Path, standings: list[standing.Standing] | None = None
+    run: dict[str, Any],
+    results_file: Path,
+    readme: Path,
+    standings: list[standing.Standing] | None = None,
+    plots: list[str] | None = None,
 ) -> str:
     """Return the README text for `run`, read from `results_file`, with links relative to `readme`;
-    with `standings`, a section of where every target stands across all results comes first."""
+    with `standings`, a section of where every target stands across all results comes first (with
+    `plots`, the lines that link the newest plots of each results folder)."""
     here = readme.parent
     source = os.path.relpath(results_file, here)
     machine, versions, options = run["machine"], run["versions"], run["options"]
@@ -66,7 +71,7 @@ def render(
         *_contention(run),
         *_updates(run),
         "",
-        *standing.markdown(standings or [], readme),
+        *standing.markdown(standings or [], readme, plots),
         "## Results",
         "",
         table.markdown(run),
@@ -93,10 +98,14 @@ def render(
 
 
 def write(
-    run: dict[str, Any], results_file: Path, readme: Path, standings: list[standing.Standing] | None = None
+    run: dict[str, Any],
+    results_file: Path,
+    readme: Path,
+    standings: list[standing.Standing] | None = None,
+    plots: list[str] | None = None,
 ) -> None:
     readme.parent.mkdir(parents=True, exist_ok=True)
-    readme.write_text(render(run, results_file, readme, standings))
+    readme.write_text(render(run, results_file, readme, standings, plots))
 
 
 def _updates(run: dict[str, Any]) -> list[str]:

@@ -138,7 +138,27 @@ def read_causes(path: Path = CAUSES) -> dict[str, dict[str, str]]:
     return causes
 
 
-def markdown(standings: list[Standing], readme: Path) -> list[str]:
+def newest_plots(root: Path, readme: Path) -> list[str]:
+    """Return a line per folder under `root` whose latest results have plots: its date, rounds, figures
+    and a link to each plot (the scale curves among them), relative to `readme`."""
+    lines = []
+    for folder in sorted(path for path in root.iterdir() if path.is_dir()):
+        latest = report.latest(folder)
+        if latest is None:
+            continue
+        run = report.load(latest)
+        if run["options"].get("quick") or not run.get("plots"):
+            continue
+        links = ", ".join(
+            f"[{Path(name).stem.removeprefix(latest.stem + '-')}]"
+            f"({os.path.relpath(latest.parent / name, readme.parent)})"
+            for name in run["plots"]
+        )
+        lines.append(f"- `{folder.name}/` ({run['date'][:10]}, {run['options']['rounds']} rounds): {links}")
+    return lines
+
+
+def markdown(standings: list[Standing], readme: Path, plots: list[str] | None = None) -> list[str]:
     """Return the README's section: one row per target, its newest verdict and, when not met, why."""
     if not standings:
         return []
@@ -164,6 +184,9 @@ def markdown(standings: list[Standing], readme: Path) -> list[str]:
         )
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     lines.append("")
+    if plots:
+        lines += ["The newest plots of each folder (scale curves: `launch-scale`, `training-scale`, "
+                  "`collectives`, `checkpoint`):", "", *plots, ""]  # fmt: skip
     return lines
 
 

@@ -137,3 +137,19 @@ def test_a_malformed_causes_file_is_one_error_naming_it(tmp_path: Path, text: st
     with pytest.raises(standing.CausesError, match="causes.toml") as raised:
         standing.read_causes(causes)
     assert complaint in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_the_newest_plots_of_each_folder_are_linked(tmp_path: Path) -> None:
+    older = _write_run(tmp_path / "scaling", "2026-12-01T00:00:00Z", [_record("gather 1 MB", [1.0] * 3)])
+    newer = _write_run(tmp_path / "scaling", "2026-12-03T00:00:00Z", [_record("gather 1 MB", [1.0] * 3)])
+    for path in (older, newer):
+        run = report.load(path)
+        run["plots"] = [f"{path.stem}-launch-scale.png"]
+        report.write(run, path)
+    _write_run(tmp_path / "no_plots", "2026-12-03T00:00:00Z", [_record("gather 8 MB", [1.0] * 3)])
+    lines = standing.newest_plots(tmp_path, tmp_path / "README.md")
+    assert lines == [
+        f"- `scaling/` (2026-12-03, 3 rounds): [launch-scale](scaling/{newer.stem}-launch-scale.png)"
+    ]
+    section = standing.markdown(standing.newest(tmp_path), tmp_path / "README.md", lines)
+    assert lines[0] in section and section.index(lines[0]) > section.index("| --- | --- | --- | --- |")
