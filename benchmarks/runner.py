@@ -161,7 +161,10 @@ def regenerate_readme(folder: Path, readme_path: Path, redraw: bool = False) -> 
         report.write(run, latest)
     # The main README also says where every target stands across the topical re-runs' folders.
     main = readme_path.resolve() == DEFAULT_README and folder.resolve() == DEFAULT_OUTPUT
-    standings = standing.newest(DEFAULT_OUTPUT) if main else None
+    try:
+        standings = standing.newest(DEFAULT_OUTPUT) if main else None
+    except standing.CausesError as error:
+        raise SystemExit(f"benchmarks: {error}") from None
     plots = standing.newest_plots(DEFAULT_OUTPUT, readme_path) if main else None
     readme.write(run, latest, readme_path, standings, plots)
     print(f"benchmarks: {readme_path} regenerated from {latest}")
