@@ -23,7 +23,7 @@ ENGINE_ENV = {"deepspeed": {"DS_ACCELERATOR": "cpu"}, "fsdp": {}}
 ENGINE_MODULE = {"deepspeed": "deepspeed", "fsdp": None}
 STEPS, QUICK_STEPS = 20, 2
 WARMUP_BLOCKS = 2
-WORK_BLOCKS, QUICK_WORK_BLOCKS = 3, 1  # profiled blocks of each job
+WORK_BLOCKS, QUICK_WORK_BLOCKS = 9, 1  # profiled blocks of each job
 
 
 def measure(options: RunOptions) -> list[Measurement]:

@@ -37,7 +37,7 @@ TRAIN_PROCESSES = 2
 # Width -> batches per process in one block (an epoch): a second or two of training each.
 WIDTHS = {128: 128, 512: 48, 1024: 16, 2048: 6}
 QUICK_WIDTHS = {64: 4, 128: 4}
-WORK_BLOCKS, QUICK_WORK_BLOCKS = 3, 1  # profiled epochs of each width in raw's and accel's jobs
+WORK_BLOCKS, QUICK_WORK_BLOCKS = 9, 1  # profiled epochs of each width in raw's and accel's jobs
 TARGET = f"{ACCEL}/{RAW}>=0.99"
 # A quick run (the smoke test) draws both lines of each plot, raw and accel: every launch costs seconds,
 # and Accelerate's paths are those the `startup` and `training` figures' quick runs take.

@@ -27,7 +27,7 @@ MODELS = {"mlp": "MLP 3x512", "transformer": "encoder 4x256"}
 # Batches per process in one epoch (one block) of each model, full and quick runs.
 BATCHES = {"mlp": 64, "transformer": 8}
 QUICK_BATCHES = 4
-WORK_BLOCKS, QUICK_WORK_BLOCKS = 3, 1  # profiled epochs of each model in raw's and accel's jobs
+WORK_BLOCKS, QUICK_WORK_BLOCKS = 9, 1  # profiled epochs of each model in raw's and accel's jobs
 NOTE = (
     "2 CPU processes x 1 thread; raw: DDP by hand under torchrun (autocast for bf16, no_sync between "
     "accumulated steps); accel: `accel launch`; Accelerate: torchrun with ACCELERATE_USE_CPU=true"
