@@ -86,7 +86,11 @@ def _measured(record: dict[str, Any]) -> tuple[str, bool]:
     """Return each clause's value (and the interval of a paired ratio's median), and whether one of
     them has its median on the wrong side of its bound."""
     shown, wrong = [], False
-    for lhs, divisor, op, bound in targets.parse(record["target"]):
+    try:
+        clauses = targets.parse(record["target"])
+    except targets.TargetError:  # judged "not checked" when recorded; its detail says why
+        return record.get("target_detail") or "", False
+    for lhs, divisor, op, bound in clauses:
         key = f"{lhs}/{divisor}" if divisor else lhs
         summary = (record.get("ratios") or {}).get(key) if divisor else (record.get("summary") or {}).get(lhs)
         if summary is None:

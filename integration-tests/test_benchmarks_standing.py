@@ -152,3 +152,10 @@ def test_the_newest_plots_of_each_folder_are_linked(tmp_path: Path) -> None:
     ]
     section = standing.markdown(standing.newest(tmp_path), tmp_path / "README.md", lines)
     assert lines[0] in section and section.index(lines[0]) > section.index("| --- | --- | --- | --- |")
+
+
+def test_a_stored_target_that_cannot_be_parsed_stands_as_not_checked(tmp_path: Path) -> None:
+    _write_run(tmp_path, "2026-12-01T00:00:00Z", [_record("gather 1 MB", [1.0] * 3, target="accel=>1")])
+    (found,) = standing.newest(tmp_path)
+    assert found.status == targets.UNCHECKED and "is not '<contender>" in found.detail
+    assert found.rounds_needed is None and not found.leans_missed
