@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -148,6 +150,26 @@ def test_accumulate_toggles_sync_gradients():
         with accelerator.accumulate(model):
             flags.append(accelerator.sync_gradients)
     assert flags == [False, True, False, True]
+
+
+def test_accumulate_enters_every_models_no_sync_and_leaves_them_in_reverse(monkeypatch):
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    events: list = []
+
+    @contextlib.contextmanager
+    def recording_no_sync(model):
+        events.append(("enter", model))
+        yield
+        events.append(("leave", model))
+
+    monkeypatch.setattr(accelerator.backend, "no_sync", recording_no_sync)
+    first, second = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    with accelerator.accumulate(first, second):
+        events.append("body")
+    assert events == [("enter", first), ("enter", second), "body", ("leave", second), ("leave", first)]
+    with accelerator.accumulate(first, second):  # the window's last step syncs: nothing entered
+        assert accelerator.sync_gradients
+    assert len(events) == 5
 
 
 def test_accumulate_syncs_on_the_last_batch_of_the_loader():

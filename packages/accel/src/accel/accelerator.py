@@ -359,26 +359,29 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
-        if self.gradient_state.sync_with_dataloader and self.gradient_state.end_of_dataloader:
+        gradient_state = self.gradient_state
+        if gradient_state.sync_with_dataloader and gradient_state.end_of_dataloader:
             # The last batch always steps, and the next pass starts a fresh accumulation window.
             self.step = 0
             return True
         self.step += 1
-        return self.step % self.gradient_accumulation_steps == 0
+        return self.step % gradient_state.num_steps == 0
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
-        """Accumulate gradients locally on non-sync steps; all-reduce and step on sync steps."""
-        self.gradient_state.set_sync_gradients(self._sync_this_step())
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """Accumulate gradients locally on non-sync steps; all-reduce and step on sync steps.
+
+        The step is decided here, at the `with`; the context returned is the models' own `no_sync`
+        (or nothing to enter): no generator and no ExitStack of accel's on every batch.
+        """
+        gradient_state = self.gradient_state
+        sync = self._sync_this_step()
+        gradient_state.set_sync_gradients(sync)
         # sync_each_batch: all-reduce every batch (no no_sync), still stepping every num_steps.
-        sync_each_batch = self.use_distributed and self.gradient_state.sync_each_batch
-        if self.sync_gradients or sync_each_batch:  # nothing to enter: no ExitStack on every batch
-            yield
-            return
-        with contextlib.ExitStack() as stack:
-            for model in models:
-                stack.enter_context(self.backend.no_sync(model))
-            yield
+        if sync or (gradient_state.sync_each_batch and self.use_distributed):
+            return _NOTHING_TO_ENTER
+        if len(models) == 1:
+            return self.backend.no_sync(models[0])
+        return _entered_together([self.backend.no_sync(model) for model in models])
 
     @contextlib.contextmanager
     def join_uneven_inputs(self, joinables: list[Any], even_batches: bool | None = None) -> Iterator[None]:
@@ -571,3 +574,16 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         communicate. Call it at the end of a script that logs."""
         self._finish_trackers()
         self.wait_for_everyone()
+
+
+# What `accumulate` returns on a step that syncs: reusable, and entered at no cost.
+_NOTHING_TO_ENTER = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _entered_together(contexts: list[contextlib.AbstractContextManager]) -> Iterator[None]:
+    """Enter every context of `contexts` in order; leave them in reverse."""
+    with contextlib.ExitStack() as stack:
+        for context in contexts:
+            stack.enter_context(context)
+        yield

@@ -23,15 +23,18 @@ _ORIGINAL_FORWARD = "_accel_original_forward"
 _CLASS_FORWARD = "class"
 
 
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _upcast(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in _HALF_DTYPES else tensor
+
+
 def convert_to_fp32(data: Any) -> Any:
     """Return `data` with every fp16/bf16 tensor cast to fp32 (so losses are computed in full precision)."""
-
-    def upcast(tensor: torch.Tensor) -> torch.Tensor:
-        if tensor.dtype in (torch.float16, torch.bfloat16):
-            return tensor.float()
-        return tensor
-
-    return recursively_apply(upcast, data)
+    if isinstance(data, torch.Tensor):  # a model's usual output: no walk through containers each step
+        return data.float() if data.dtype in _HALF_DTYPES else data
+    return recursively_apply(_upcast, data)
 
 
 class _AutocastForward:
@@ -53,6 +56,8 @@ class _AutocastForward:
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         with torch.autocast(device_type=self.device_type, dtype=self.dtype, **self.autocast_kwargs):
             outputs = self.function(module, *args, **kwargs)
+        if isinstance(outputs, torch.Tensor):  # the usual output, cast here: one call fewer a step
+            return outputs.float() if outputs.dtype in _HALF_DTYPES else outputs
         return convert_to_fp32(outputs)
 
 
