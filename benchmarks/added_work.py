@@ -59,20 +59,22 @@ def _largest(work: list[dict[str, Any]]) -> str:
     return f", the most: {name} ({calls:.3g} calls, {seconds * 1e3:.3g} ms)" if name else ""
 
 
-def profiled_blocks(
-    jobs: dict[str, blockjobs.BlockJob], tasks: list[str], blocks: int
-) -> dict[str, list[dict[str, Any]]]:
-    """Return task -> what accel's block adds to the hand-written one's (`step_work.added`, rank 0),
-    for `blocks` profiled blocks of each task in raw's and accel's block jobs; nothing when either is
-    absent."""
-    if RAW not in jobs or ACCEL not in jobs:
-        return {}
+def profiling(tasks: list[str], blocks: int) -> tuple[dict[str, list[dict[str, Any]]], blockjobs.StartHook]:
+    """Return (work, hook): `hook`, run in each start of the jobs (`blockjobs.interleaved_in_starts`),
+    profiles that start's share of `blocks` blocks of each task in raw's and accel's jobs and adds
+    to `work` (task -> what accel's block adds to the hand-written one's, `step_work.added`, rank 0);
+    `work` stays empty when either job is absent."""
     work: dict[str, list[dict[str, Any]]] = {}
-    for task in tasks:
-        for _ in range(blocks):
-            answers = {side: jobs[side].run(task + WORK) for side in (RAW, ACCEL)}
-            work.setdefault(task, []).append(added(answers[RAW], answers[ACCEL]))
-    return work
+
+    def hook(jobs: dict[str, blockjobs.BlockJob], index: int, count: int) -> None:
+        if RAW not in jobs or ACCEL not in jobs:
+            return
+        for task in tasks:
+            for _ in range(blockjobs.share(blocks, index, count)):
+                answers = {side: jobs[side].run(task + WORK) for side in (RAW, ACCEL)}
+                work.setdefault(task, []).append(added(answers[RAW], answers[ACCEL]))
+
+    return work, hook
 
 
 def block_work(

@@ -1,6 +1,10 @@
 """Block jobs, the figure side (the workers' side is benchmarks/workers/serve.py): start each
-contender's job once, then run its blocks of work in turn, round by round, and read back each
-block's rate."""
+contender's job, run its blocks of work in turn, round by round, and read back each block's rate.
+
+A job's placement (which core its ranks share, its memory's layout) lasts as long as its processes:
+rounds within one start of the jobs vary less than starts do (the same loop through two starts has
+differed by 5-7% here while each start's rounds agreed within 3%). So the rounds are spread over
+STARTS starts of the jobs, and a figure's interval holds that variation too."""
 
 from __future__ import annotations
 
@@ -11,13 +15,14 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
 START_TIMEOUT_S = 600
 BLOCK_TIMEOUT_S = 900
+STARTS = 3  # fresh starts of a figure's jobs, its rounds spread over them
 
 
 class JobFailed(RuntimeError):
@@ -151,4 +156,34 @@ def interleaved(
         for task in tasks:
             for name in order:
                 answers[task][name].append(jobs[name].run(task, blocks))
+    return answers
+
+
+Answers = dict[str, dict[str, list[dict[str, Any]]]]  # task -> job -> one answer per round
+# Called in each start's jobs after its rounds, with the start's index and the number of starts.
+StartHook = Callable[[dict[str, "BlockJob"], int, int], None]
+
+
+def share(total: int, index: int, count: int) -> int:
+    """Return start `index`'s part of `total` spread over `count` starts (the first ones take the rest)."""
+    return total // count + (1 if index < total % count else 0)
+
+
+def interleaved_in_starts(
+    specs: dict[str, JobSpec], tasks: list[str], rounds: int, warmup: int = 1,
+    starts: int = STARTS, each_start: StartHook | None = None,
+) -> Answers:  # fmt: skip
+    """Return `interleaved`'s answers to `rounds` rounds spread over `starts` fresh starts of the jobs of
+    `specs` (at most one start a round), each start warmed up anew; `each_start` runs in each start's
+    jobs after its rounds (the profiled blocks)."""
+    count = max(1, min(starts, rounds))
+    answers: Answers = {task: {name: [] for name in specs} for task in tasks}
+    for index in range(count):
+        with started(specs) as jobs:
+            part = interleaved(jobs, tasks, share(rounds, index, count), warmup=warmup)
+            if each_start is not None:
+                each_start(jobs, index, count)
+        for task, per_job in part.items():
+            for name, answers_of_start in per_job.items():
+                answers[task][name].extend(answers_of_start)
     return answers

@@ -19,24 +19,26 @@ results, each figure dated, on the same machine and versions only); a figure tha
 machine lacks (DeepSpeed, torch_xla, a CUDA device) is listed as skipped, with why. The XLA loop
 needs torch 2.9.0 beside torch_xla: it runs in its engine's venv,
 `nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the zero-overhead
-limit), accel and, where it imports, Hugging Face Accelerate side by side in one run,
-the contenders interleaved round by round. A cell is the median of the rounds; ± is half their
-range, in % of the median. Ratios are taken within each round, then their median is shown with, in
-brackets, a distribution-free interval of it: the narrowest pair of ordered per-round ratios that
-holds the true median with at least 90% binomial coverage (fewer than 5 rounds reach no such pair, so
-their full range is shown, with the lower coverage it reaches). A target on such a ratio is met when
-the whole interval satisfies it, missed when the whole interval violates it and undecided when the
-interval straddles its bound (more rounds or a quieter machine decide it); a target on one contender,
-or on a ratio of unpaired rounds, is judged on the median alone. Only ratios are claims: absolute
-numbers are this machine's. Where the clock cannot resolve a 1% throughput target, a figure "accel's
-own work" decides it: a step (or block) of the training, engine, scale and N-D loops runs under
-cProfile beside the hand-written one, and what accel adds (its own code, and every call the
-hand-written loop does not make, at its mean own time) is given in % of the hand-written time,
-an upper bound of accel's cost (`benchmarks/workers/step_work.py`). On one CUDA machine,
-`bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their folders, nothing
-fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16 against the loop by
-hand, the device and process group, DDP vs FSDP2 memory and the GPU head-to-head, into
-`results/gpu_check/`; `--dry-run` runs the same steps on a CPU in under a minute."""
+limit), accel and, where it imports, Hugging Face Accelerate side by side in one run, the contenders
+interleaved round by round; the jobs that serve many rounds (the training, engine, scale, precision
+and XLA loops) start afresh for each third of them, since a job's placement lasts as long as its
+processes and the intervals must hold that variation too. A cell is the median of the rounds; ± is
+half their range, in % of the median. Ratios are taken within each round, then their median is shown
+with, in brackets, a distribution-free interval of it: the narrowest pair of ordered per-round
+ratios that holds the true median with at least 90% binomial coverage (fewer than 5 rounds reach no
+such pair, so their full range is shown, with the lower coverage it reaches). A target on such a
+ratio is met when the whole interval satisfies it, missed when the whole interval violates it and
+undecided when the interval straddles its bound (more rounds or a quieter machine decide it); a
+target on one contender, or on a ratio of unpaired rounds, is judged on the median alone. Only
+ratios are claims: absolute numbers are this machine's. Where the clock cannot resolve a 1%
+throughput target, a figure "accel's own work" decides it: a step (or block) of the training,
+engine, scale and N-D loops runs under cProfile beside the hand-written one, and what accel adds
+(its own code, and every call the hand-written loop does not make, at its mean own time) is given in
+% of the hand-written time, an upper bound of accel's cost (`benchmarks/workers/step_work.py`). On
+one CUDA machine, `bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their
+folders, nothing fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16
+against the loop by hand, the device and process group, DDP vs FSDP2 memory and the GPU
+head-to-head, into `results/gpu_check/`; `--dry-run` runs the same steps on a CPU in under a minute."""
 QUICK = "a quick run (1 round of tiny inputs: a smoke test, not a measurement)"
 
 

@@ -1,7 +1,8 @@
 """The figure "accel's own work" counts what accel adds to a step instead of timing it: accel's own
-code in full, every call the hand-written step does not make at its mean own time, nothing for the
-calls accel saves; and a profiled step names the same function the same way on both sides. Pure
-functions and one profiled call in this process: no job is started."""
+code in full, every call the hand-written step does not make at its mean own time (at most what
+accel's side spent in that function beyond the hand-written side), nothing for the calls accel
+saves; and a profiled step names the same function the same way on both sides. Pure functions and
+one profiled call in this process: no job is started."""
 
 from __future__ import annotations
 
@@ -45,6 +46,18 @@ def test_accel_adds_its_own_code_and_the_calls_the_hand_written_step_does_not_ma
     assert work["largest"][0] in ("torch:7:all_gather", "~:0:len") and work["largest"][2] == pytest.approx(
         0.004
     )
+
+
+def test_extra_calls_of_a_function_both_sides_call_cost_at_most_what_accels_side_spent_beyond() -> None:
+    # The loop's .float() on both sides; accel's forward already cast its output, so accel's side
+    # makes 64 more calls that are no-ops: 2 ms in all beyond raw, not half of 130 ms of conversions.
+    raw = _step({"~:0:float": [64, 0.064, 0]})
+    accel = _step({"~:0:float": [128, 0.066, 0], "~:0:numel": [4, 0.004, 0]})
+    work = added(raw, accel)
+    assert work["extra_calls"] == 68 and work["extra_s"] == pytest.approx(0.002 + 0.004)
+    # Calls slower on accel's side than on raw's are still charged at accel's own mean time.
+    slower = added(_step({"~:0:len": [3, 0.003, 0]}), _step({"~:0:len": [6, 0.012, 0]}))
+    assert slower["extra_s"] == pytest.approx(0.006)
 
 
 def test_what_the_profiler_adds_to_each_call_is_taken_off() -> None:

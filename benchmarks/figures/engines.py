@@ -3,16 +3,17 @@ and FSDP2, accel (`accel launch`) vs the same engine driven by hand under torchr
 of 4 x Linear 512, batch 64, AdamW (target: accel >= 0.99x raw). Accelerate 1.15 runs neither on
 CPU processes. ZeRO-2 runs only where deepspeed imports; elsewhere it is listed as skipped, with why.
 
-Each contender's job starts once (a DeepSpeed job takes longer to start than many steps); blocks of
-steps alternate between the jobs round by round, after a warm-up of each. Last, each job runs
-WORK_BLOCKS blocks under cProfile: what accel adds to a block (`benchmarks.added_work`; target <= 1%
-of the hand-written block), which decides what the clock on a loaded machine cannot.
+Blocks of steps alternate between the contenders' jobs round by round, after a warm-up of each; the
+rounds are spread over `blockjobs.STARTS` starts of the jobs (a DeepSpeed job takes longer to start
+than many steps, so a job is not started for each block). After each start's rounds, each job runs
+its share of WORK_BLOCKS blocks under cProfile: what accel adds to a block (`benchmarks.added_work`;
+target <= 1% of the hand-written block), which decides what the clock on a loaded machine cannot.
 """
 
 from __future__ import annotations
 
 from benchmarks import blockjobs, launchers, probe
-from benchmarks.added_work import block_work, profiled_blocks
+from benchmarks.added_work import block_work, profiling
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 PROCESSES = 2
@@ -43,10 +44,11 @@ def measure(options: RunOptions) -> list[Measurement]:
             command += [launchers.worker("engine_loop.py"), "--engine", engine, "--contender", contender,
                         "--steps", str(steps)]  # fmt: skip
             specs[contender] = blockjobs.JobSpec(command, {**env, **ENGINE_ENV[engine]}, PROCESSES)
-        with blockjobs.started(specs) as jobs:
-            warmup = 0 if options.quick else WARMUP_BLOCKS
-            answers = blockjobs.interleaved(jobs, [engine], options.rounds, warmup=warmup)[engine]
-            work = profiled_blocks(jobs, [engine], QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+        work, profile = profiling([engine], QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+        warmup = 0 if options.quick else WARMUP_BLOCKS
+        answers = blockjobs.interleaved_in_starts(
+            specs, [engine], options.rounds, warmup=warmup, each_start=profile
+        )[engine]
         note = (
             f"2 CPU processes x 1 thread, batch 64, AdamW; raw: the {engine_label} engine driven "
             f"by hand under torchrun; accel: `accel launch`"

@@ -3,8 +3,8 @@ trained in fp32, bf16 and fp16, by hand (autocast, and a GradScaler for fp16), t
 through Accelerate (`mixed_precision=`): the bf16/fp16 speed-up over fp32 (taken within each
 round), steps/s and peak memory. Without a CUDA device the figure is listed as skipped, with why.
 
-One job per contender and precision, started once; blocks of steps alternate between the jobs
-round by round.
+One job per contender and precision; blocks of steps alternate between the jobs round by round, the
+rounds spread over `blockjobs.STARTS` starts of the jobs.
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ def measure(options: RunOptions) -> list[Measurement]:
             if options.quick:
                 command += QUICK_SHAPE
             specs[f"{contender}:{precision}"] = blockjobs.JobSpec(command, launchers.child_env(), 1)
-    with blockjobs.started(specs) as jobs:
-        warmup = 0 if options.quick else 1
-        answers = blockjobs.interleaved(jobs, ["step"], options.rounds, warmup=warmup)["step"]
+    warmup = 0 if options.quick else 1
+    answers = blockjobs.interleaved_in_starts(specs, ["step"], options.rounds, warmup=warmup)["step"]
     results = []
     for label, precision in PRECISIONS:
         rates = {c: [a["rate"] for a in answers[f"{c}:{precision}"]] for c in options.contenders}

@@ -13,10 +13,11 @@ these curves show whether accel keeps raw's shape at the other sizes.
   by hand under torchrun; accel: `accel launch` and Accelerator().prepare; Accelerate: the same under
   torchrun. A library's per-step cost is fixed while compute and the gradient all-reduce grow with
   the model: the small widths show that cost, the large ones that nothing grows with the model.
-  Each contender's job starts once, holding every width; blocks (an epoch of one width's loader,
-  a second or two) alternate between the jobs round by round. Target: accel >= 0.99x raw per width.
-  Last, raw's and accel's jobs run WORK_BLOCKS epochs of each width under cProfile: what accel adds to
-  an epoch (`benchmarks.added_work`; target <= 1% of the hand-written epoch).
+  Each contender's job holds every width; blocks (an epoch of one width's loader, a second or two)
+  alternate between the jobs round by round, the rounds spread over `blockjobs.STARTS` starts of the
+  jobs. Target: accel >= 0.99x raw per width. After each start's rounds, raw's and accel's jobs run
+  their share of WORK_BLOCKS epochs of each width under cProfile: what accel adds to an epoch
+  (`benchmarks.added_work`; target <= 1% of the hand-written epoch).
 
 The launch curve, a fresh job of up to 8 processes per sample, takes at most LAUNCH_ROUNDS rounds.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 
 from benchmarks import blockjobs, launchers
-from benchmarks.added_work import block_work, profiled_blocks
+from benchmarks.added_work import block_work, profiling
 from benchmarks.figures.startup import rounds_of, wall_time
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
@@ -92,9 +93,10 @@ def training_curve(options: RunOptions) -> list[Measurement]:
     widths = QUICK_WIDTHS if options.quick else WIDTHS
     models = {f"mlp{width}": batches for width, batches in widths.items()}
     specs = {c: _train_job(c, models, options.quick) for c in options.contenders}
-    with blockjobs.started(specs) as jobs:
-        answers = blockjobs.interleaved(jobs, list(models), options.rounds, warmup=0 if options.quick else 1)
-        work = profiled_blocks(jobs, list(models), QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+    work, profile = profiling(list(models), QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+    answers = blockjobs.interleaved_in_starts(
+        specs, list(models), options.rounds, warmup=0 if options.quick else 1, each_start=profile
+    )
     results = []
     note = (
         f"{TRAIN_PROCESSES} CPU processes x 1 thread, fp32, batch 64 per process; raw: DDP by hand under "

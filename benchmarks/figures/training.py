@@ -1,20 +1,22 @@
 """Training throughput, 2 CPU processes of 1 thread each: a hand-written DDP loop under torchrun (raw),
-the same loop through accel (`accel launch`) and through Accelerate (torchrun, ACCELERATE_USE_CPU=true);
-an MLP (3 x Linear 512) and a transformer encoder (4 layers, d=256, seq 128) in fp32, bf16, and fp32
-with gradient accumulation 4 (target: accel >= 0.99x raw). The sharding engines' loops are the
-`engines` figure, XLA's the `xla` figure, a GPU's precisions the `precision` figure.
+the same loop through accel (`accel launch`) and through Accelerate (torchrun,
+ACCELERATE_USE_CPU=true); an MLP (3 x Linear 512) and a transformer encoder (4 layers, d=256, seq
+128) in fp32, bf16, and fp32 with gradient accumulation 4 (target: accel >= 0.99x raw). The sharding
+engines' loops are the `engines` figure, XLA's the `xla` figure, a GPU's precisions the `precision`
+figure.
 
-Each contender's job starts once per setting; blocks (an epoch of a model's loader) alternate
-between the jobs round by round. Last, raw's and accel's jobs each run WORK_BLOCKS epochs under
-cProfile (`benchmarks.added_work`): what accel adds to an epoch (its own code, and the calls the
-hand-written epoch does not make) in % of the hand-written epoch (target <= 1%), which decides what
-the clock on a loaded machine cannot.
+Each contender's job holds one setting; blocks (an epoch of a model's loader) alternate between the
+jobs round by round, the rounds spread over `blockjobs.STARTS` starts of the jobs. After each
+start's rounds, raw's and accel's jobs run their share of WORK_BLOCKS epochs under cProfile
+(`benchmarks.added_work`): what accel adds to an epoch (its own code, and the calls the hand-written
+epoch does not make) in % of the hand-written epoch (target <= 1%), which decides what the clock on
+a loaded machine cannot.
 """
 
 from __future__ import annotations
 
 from benchmarks import blockjobs, launchers
-from benchmarks.added_work import block_work, profiled_blocks
+from benchmarks.added_work import block_work, profiling
 from benchmarks.measurement import ACCEL, RAW, Measurement, RunOptions
 
 PROCESSES = 2
@@ -39,11 +41,10 @@ def measure(options: RunOptions) -> list[Measurement]:
     results = []
     for label, precision, accumulation in QUICK_SETTINGS if options.quick else SETTINGS:
         specs = {c: _train_job(c, precision, accumulation, options.quick) for c in options.contenders}
-        with blockjobs.started(specs) as jobs:
-            answers = blockjobs.interleaved(
-                jobs, list(MODELS), options.rounds, warmup=0 if options.quick else 1
-            )
-            work = profiled_blocks(jobs, list(MODELS), QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+        work, profile = profiling(list(MODELS), QUICK_WORK_BLOCKS if options.quick else WORK_BLOCKS)
+        answers = blockjobs.interleaved_in_starts(
+            specs, list(MODELS), options.rounds, warmup=0 if options.quick else 1, each_start=profile
+        )
         for model, model_label in MODELS.items():
             results.append(
                 Measurement(

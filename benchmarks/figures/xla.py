@@ -4,7 +4,8 @@ by hand with torch_xla (raw), an MLP of 3 x Linear 256, batch 64, SGD (`workers/
 Steps/s (target: accel >= 0.95x raw), and XLA's graph counts, which must not exceed the hand loop's:
 graphs compiled in all (a count that grows from round to round is a recompilation) and graphs run
 per step once warm. Each loop is one job, a fresh process (XLA caches compiled graphs per process),
-started once and warmed up; blocks of an epoch alternate between the jobs round by round.
+warmed up in each of `blockjobs.STARTS` starts; blocks of an epoch alternate between the jobs round by
+round.
 
 torch_xla loads only into the torch release it was built for (2.9.0), so this figure runs in its
 own environment (`nox -s "bench_engines(backend='xla')"`); elsewhere it is listed as skipped, with why.
@@ -41,9 +42,8 @@ def measure(options: RunOptions) -> list[Measurement]:
     for contender in (RAW, ACCEL):
         command = [sys.executable, launchers.worker("xla_loop.py"), "--contender", contender]
         specs[contender] = blockjobs.JobSpec([*command, "--steps", str(steps)], launchers.child_env(**ENV), 1)
-    with blockjobs.started(specs) as jobs:
-        # One warm-up epoch even in a quick run: it compiles every graph, so the counts compare.
-        answers = blockjobs.interleaved(jobs, ["xla"], options.rounds, warmup=1)["xla"]
+    # One warm-up epoch in each start, even in a quick run: it compiles every graph, so the counts compare.
+    answers = blockjobs.interleaved_in_starts(specs, ["xla"], options.rounds, warmup=1)["xla"]
     note = NOTE.format(steps=steps)
 
     def values(key: str) -> dict[str, list[float]]:

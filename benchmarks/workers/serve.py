@@ -1,9 +1,10 @@
 """The worker side of a block job: every rank connects to the figure that started it, then runs the
 blocks of work it is asked for and answers how fast they ran, until it is told to stop.
 
-A job is started once and kept: figures interleave short blocks of the contenders' jobs round by
+A job is kept for several rounds: figures interleave short blocks of the contenders' jobs round by
 round (the others waiting idle on their socket), so that drift in the machine's speed hits all
-alike and no round pays for a process start. Every task "<name>" has a twin "<name>:work": one block
+alike and no round pays for a process start (a figure's rounds are spread over a few starts of its
+jobs: `blockjobs.interleaved_in_starts`). Every task "<name>" has a twin "<name>:work": one block
 under cProfile, whose answer also holds what the block called (`step_work`: "functions", "step_s").
 """
 

@@ -6,8 +6,11 @@ Wall-clock steps/s on a loaded machine varies by a few % between two copies of t
 than a 1% target can be judged by. A step's calls do not vary. What accel adds is its own code
 (every second of it) and each call the hand-written step does not make (a function called more
 often, at its mean own time per call: the library functions accel's code calls, a collective it
-runs). Calls accel saves (a sampler it replaces) are not credited, and the profiler slows what it
-times: the seconds are an upper bound of what accel costs per step, whatever the machine does.
+runs; but never more than accel's side spent in that function beyond the hand-written side, so that
+a call the loop makes on both sides and that costs nothing on accel's, the loop's `.float()` of an
+output accel already cast, is not charged at the mean of real conversions). Calls accel saves (a
+sampler it replaces) are not credited, and the profiler slows what it times: the seconds are an
+upper bound of what accel costs per step, whatever the machine does.
 """
 
 from __future__ import annotations
@@ -118,7 +121,8 @@ def _cost(entry: list[float], profiler_s: list[float]) -> float:
 
 def added(raw: dict[str, Any], accel: dict[str, Any]) -> dict[str, Any]:
     """Return what accel's `step_work` answer adds to the hand-written one's: "seconds" (accel's own
-    code, and the extra calls at their mean own time, less what the profiler adds to each call) of
+    code, and the extra calls at their mean own time but at most the time spent in their function
+    beyond the hand-written side's, less what the profiler adds to each call) of
     which "own_s" and "extra_s", "own_calls" (calls of accel's code), "extra_calls" (calls the
     hand-written step does not make) and "raw_calls" (all the hand-written step's calls), and
     "largest": the extra calls that take the most, as [name, calls, seconds]."""
@@ -132,9 +136,12 @@ def added(raw: dict[str, Any], accel: dict[str, Any]) -> dict[str, Any]:
             continue
         extra = calls - (theirs[name][CALLS] if name in theirs else 0.0)
         if extra > 0:
-            extra_calls, extra_s = extra_calls + extra, extra_s + seconds * extra / calls
-            if seconds * extra / calls > largest[2]:
-                largest = [name, extra, seconds * extra / calls]
+            charged = seconds * extra / calls
+            if name in theirs:  # never more than this side spent in it beyond the hand-written side
+                charged = min(charged, max(0.0, seconds - _cost(theirs[name], raw["profiler_s"])))
+            extra_calls, extra_s = extra_calls + extra, extra_s + charged
+            if charged > largest[2]:
+                largest = [name, extra, charged]
     raw_calls = sum(entry[CALLS] for entry in theirs.values())
     return {"seconds": own_s + extra_s, "own_s": own_s, "extra_s": extra_s, "own_calls": own_calls,
             "extra_calls": extra_calls, "raw_calls": raw_calls, "largest": largest}  # fmt: skip
