@@ -161,7 +161,7 @@ def interleaved(
 
 Answers = dict[str, dict[str, list[dict[str, Any]]]]  # task -> job -> one answer per round
 # Called in each start's jobs after its rounds, with the start's index and the number of starts.
-StartHook = Callable[[dict[str, "BlockJob"], int, int], None]
+StartHook = Callable[[dict[str, BlockJob], int, int], None]
 
 
 def share(total: int, index: int, count: int) -> int:

@@ -69,3 +69,29 @@ def test_no_all_reduce_on_non_sync_steps_launch():
         for sync, reduces in per_step:
             assert (reduces > 0) == sync, per_step
         assert [sync for sync, _ in per_step] == [False, False, True, False, False, True]
+
+
+def two_models_accumulating():
+    import torch
+
+    from accel import Accelerator
+
+    accelerator = Accelerator(gradient_accumulation_steps=2)
+    torch.manual_seed(0)
+    first, second = accelerator.prepare(torch.nn.Linear(4, 1), torch.nn.Linear(4, 1))
+    x = torch.full((2, 4), float(accelerator.process_index + 1))  # rank 0 ones, rank 1 twos
+    seen = []
+    for _ in range(2):
+        with accelerator.accumulate(first, second):
+            accelerator.backward(first(x).sum() + second(x).sum())
+            weights = (first.module.weight.grad[0, 0].item(), second.module.weight.grad[0, 0].item())
+            seen.append([accelerator.sync_gradients, *weights])
+    return seen
+
+
+def test_accumulate_over_two_models_keeps_both_local_until_the_sync_step_launch():
+    rank0, rank1 = run_on_ranks(two_models_accumulating, 2)
+    # The first step stays local on every model (each rank its own half-loss gradient), the
+    # second all-reduces both: the mean of 2 and 4 on either rank.
+    assert rank0 == [[False, 1.0, 1.0], [True, 3.0, 3.0]]
+    assert rank1 == [[False, 2.0, 2.0], [True, 3.0, 3.0]]

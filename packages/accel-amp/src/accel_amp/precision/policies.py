@@ -32,8 +32,8 @@ def _upcast(tensor: torch.Tensor) -> torch.Tensor:
 
 def convert_to_fp32(data: Any) -> Any:
     """Return `data` with every fp16/bf16 tensor cast to fp32 (so losses are computed in full precision)."""
-    if isinstance(data, torch.Tensor):  # a model's usual output: no walk through containers each step
-        return data.float() if data.dtype in _HALF_DTYPES else data
+    if isinstance(data, torch.Tensor):  # a model's usual output: no walk through containers
+        return _upcast(data)
     return recursively_apply(_upcast, data)
 
 
@@ -56,7 +56,7 @@ class _AutocastForward:
     def __call__(self, module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         with torch.autocast(device_type=self.device_type, dtype=self.dtype, **self.autocast_kwargs):
             outputs = self.function(module, *args, **kwargs)
-        if isinstance(outputs, torch.Tensor):  # the usual output, cast here: one call fewer a step
+        if isinstance(outputs, torch.Tensor):  # `_upcast` inlined: this runs on every step
             return outputs.float() if outputs.dtype in _HALF_DTYPES else outputs
         return convert_to_fp32(outputs)
 
