@@ -141,6 +141,17 @@ def test_an_empty_folder_is_used(tmp_path):
     assert acc.step == 4 and _hidden(tmp_path) == []
 
 
+def test_a_folder_holding_only_empty_folders_is_used(tmp_path):
+    # What a removal killed after its files and checkpoint.json went, before its folders, leaves.
+    acc, *_ = _setup()
+    (tmp_path / "c" / "model" / "shards").mkdir(parents=True)
+    acc.step = 4
+    save_state(acc, tmp_path / "c")
+    acc.step = 0
+    load_state(acc, tmp_path / "c")
+    assert acc.step == 4 and not (tmp_path / "c" / "model" / "shards").exists() and _hidden(tmp_path) == []
+
+
 def test_total_limit_keeps_a_checkpoint_holding_user_files(tmp_path):
     acc, *_ = _setup()
     acc.project_configuration = ProjectConfiguration(

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import shutil
 import struct
 import zipfile
 from pathlib import Path
@@ -310,6 +311,14 @@ def test_replacing_a_checkpoint_and_recovering_an_interrupted_swap(tmp_path):
     (tmp_path / ".c.tmp-5678" / "model.safetensors").write_bytes(b"partial")
     recover_folder(tmp_path / "c")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c"]
+    # A crash while its checkpoint.json was being written (the file made, still empty), with nothing
+    # in place: the temporary is not moved in as a checkpoint; it is dropped.
+    shutil.rmtree(tmp_path / "c")
+    (tmp_path / ".c.tmp-9abc").mkdir()
+    (tmp_path / ".c.tmp-9abc" / "model.safetensors").write_bytes(b"whole")
+    (tmp_path / ".c.tmp-9abc" / "checkpoint.json").write_bytes(b"")
+    recover_folder(tmp_path / "c")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_save_model_shards_with_an_index(tmp_path):

@@ -21,7 +21,14 @@ from typing import Any
 from accel.checkpointing.content_digest import DIGEST_NAME
 from accel.checkpointing.digests import file_digest, write_later
 from accel.checkpointing.errors import CheckpointError, raise_any_failure
-from accel.checkpointing.format import FORMAT_NAME, FORMAT_VERSION, METADATA_NAME, member_problem, resolved
+from accel.checkpointing.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    METADATA_NAME,
+    checkpoint_files,
+    member_problem,
+    resolved,
+)
 from accel.checkpointing.lock import FolderLock
 from accel.checkpointing.target import (
     refuse_foreign_content,
@@ -252,7 +259,8 @@ def _sync_directory(folder: Path) -> None:
 
 
 def _is_complete(folder: Path) -> bool:
-    return (folder / METADATA_NAME).is_file()
+    # A valid checkpoint.json, not merely one: a save killed while writing it leaves it empty.
+    return checkpoint_files(folder) is not None
 
 
 def _leftovers(final_dir: Path, mark: str) -> list[Path]:

@@ -4,7 +4,8 @@ A save only ever replaces what an earlier save wrote. It refuses (CheckpointTarg
 writing anything) a path that is a file, the working directory or one of its parents, a mount
 point, a folder that holds files but is not an accel checkpoint, and a checkpoint that holds files
 its `checkpoint.json` does not list (files a user added: they are never deleted). An empty folder
-is used. The previous checkpoint is removed file by file, as its `checkpoint.json` lists them.
+is used, and so is one holding only empty folders (what a removal killed midway leaves). The
+previous checkpoint is removed file by file, as its `checkpoint.json` lists them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def _unlisted_files(folder: Path, listed: set[str]) -> list[str]:
     return sorted(extra)
 
 
+def _holds_no_files(folder: Path) -> bool:
+    """Whether `folder` holds no file or link at any depth (only empty folders, if anything)."""
+    return not _unlisted_files(folder, set())
+
+
 def remove_checkpoint_files(folder: Path, listed: set[str]) -> None:
     """Delete the files in `listed` (checkpoint.json last), then `folder`'s folders that are left empty."""
     for name in sorted(listed - {METADATA_NAME}) + sorted(listed & {METADATA_NAME}):
@@ -46,6 +52,8 @@ def remove_if_only_listed(folder: Path) -> bool:
     if os.path.islink(folder) or not os.path.isdir(folder):
         return False
     listed = checkpoint_files(folder) if os.listdir(folder) else set()
+    if listed is None and _holds_no_files(folder):
+        listed = set()
     if listed is None or _unlisted_files(folder, listed):
         return False
     remove_checkpoint_files(folder, listed)
@@ -61,6 +69,8 @@ def removal_problem(folder: Path) -> str | None:
     if not os.listdir(folder):
         return None
     listed = checkpoint_files(folder)
+    if listed is None and _holds_no_files(folder):
+        return None
     if listed is None:
         return f"it is not an accel checkpoint (no valid {METADATA_NAME}), and only checkpoints are deleted"
     extra = _unlisted_files(folder, listed)
@@ -113,6 +123,8 @@ def refuse_foreign_content(target: Path) -> set[str] | None:
     if not os.listdir(target):
         return set()
     listed = checkpoint_files(target)
+    if listed is None and _holds_no_files(target):
+        return set()  # only empty folders: a removal killed after the files went
     if listed is None:
         raise CheckpointTargetError(
             f"save_state: {target} holds files but is not an accel checkpoint (no valid {METADATA_NAME}); "
