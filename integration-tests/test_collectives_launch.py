@@ -201,3 +201,56 @@ def test_inputs_travel_inline_once_the_capacity_grew_and_every_rank_agrees_on_it
         assert got["after"] == list(range(num_processes))
     assert len({tuple(got["capacities"]) for got in results}) == 1  # the same on every rank
     assert 65536 in results[0]["capacities"]  # 64 KB gathers travelled inline
+
+
+def gather_beside_the_check():
+    """Gathers of one 1 MB tensor per call: from the fifth repeat on, the data travels beside the
+    check's exchange; a call that breaks the pattern, a mismatch and other dtypes in between."""
+    import torch
+
+    from accel_state import CollectiveShapeError, PartialState, gather, reduce
+    from accel_state.collectives.capacity import capacity_of
+
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    capacity = capacity_of(state.communicator)
+    wrong, besides = [], []
+
+    def check(values, label):
+        def of(r):  # rank r's input
+            return values ^ bool(r % 2) if values.dtype == torch.bool else values + r
+
+        got = gather(of(rank))
+        if got.dtype != values.dtype or not torch.equal(got, torch.cat([of(r) for r in range(world)])):
+            wrong.append(label)
+
+    rows = torch.arange(2**16, dtype=torch.float32).reshape(2**12, 16)  # 256 KB
+    for step in range(8):
+        besides.append(capacity.beside)
+        check(rows * (step + 1), f"gather {step}")
+    besides.append(capacity.beside)
+    check(rows[:-1], "a gather of another size")  # sends zeros beside, then gathers as ever
+    if reduce(torch.tensor([float(rank)]), reduction="sum").item() != sum(range(world)):
+        wrong.append("reduce")
+    for dtype in (torch.bfloat16, torch.int64, torch.bool):
+        values = rows.to(dtype) if dtype != torch.bool else rows % 3 > 0
+        for repeat in range(6):
+            check(values, f"gather {dtype} {repeat}")
+    try:  # the same bytes on every rank, but another shape on rank 1: refused, not reinterpreted
+        gather(rows if rank != 1 else rows.reshape(16, 2**12))
+        mismatch = ""
+    except CollectiveShapeError as error:
+        mismatch = str(error)
+    check(rows, "a gather after the mismatch")
+    return {"wrong": wrong, "besides": besides, "mismatch": mismatch}
+
+
+@pytest.mark.parametrize("num_processes", [2, 3])
+def test_a_repeated_gather_travels_beside_the_check_and_stays_exact_launch(num_processes):
+    results = run_on_ranks(gather_beside_the_check, num_processes)
+    for got in results:
+        assert got["wrong"] == []
+        assert got["mismatch"].startswith("gather: tensors differ in shape across ranks")
+    assert len({tuple(got["besides"]) for got in results}) == 1  # the same on every rank
+    # Nothing foreseen until 4 gathers had followed a gather, then 256 KB beside each.
+    assert results[0]["besides"] == [0] * 5 + [2**18] * 4

@@ -103,6 +103,23 @@ def _gather(accelerator) -> dict:
     return {"gathered": gathered.cpu().tolist()}
 
 
+def _gather_beside(accelerator) -> dict:
+    """The same 256 KB gather seven times: from the sixth, the data travels beside the check."""
+    from accel_state import PartialState
+    from accel_state.collectives.capacity import capacity_of
+
+    rank = accelerator.process_index
+    _stagger(rank)
+    communicator = PartialState().communicator
+    rows = torch.arange(2**16, dtype=torch.float32).reshape(2**12, 16)
+    besides, right = [], []
+    for step in range(7):
+        besides.append(capacity_of(communicator).beside)
+        gathered = accelerator.gather((rows * step + rank).to(accelerator.device)).cpu()
+        right.append(torch.equal(gathered, torch.cat([rows * step, rows * step + 1])))
+    return {"besides": besides, "right": right}
+
+
 def _host_state(model: torch.nn.Module) -> dict:
     return {name: value.detach().cpu().flatten().tolist() for name, value in model.state_dict().items()}
 
@@ -144,11 +161,12 @@ SCENARIOS = {
     "ordinals": _ordinals,
     "train": _train,
     "gather": _gather,
+    "gather_beside": _gather_beside,
     "unseeded_model": _unseeded_model,
     "shuffled": _shuffled,
 }
 # Scenarios whose calls run several new collective graphs back to back (object broadcasts).
-STAGGERED_COLLECTIVES = {"shuffled"}
+STAGGERED_COLLECTIVES = {"shuffled", "gather_beside"}
 
 
 def replica(index: int, scenario: str) -> None:

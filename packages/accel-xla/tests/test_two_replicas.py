@@ -56,6 +56,13 @@ def test_gather_returns_both_replicas_data_on_each():
         assert result["gathered"] == [0.0, 10.0, 1.0, 11.0]
 
 
+def test_a_repeated_gather_travels_beside_the_check_exactly_on_both_replicas():
+    results = _run("gather_beside")
+    for result in results.values():
+        assert result["right"] == [True] * 7
+        assert result["besides"] == [0] * 5 + [2**18] * 2  # foreseen after 4 gathers followed one
+
+
 def test_prepare_gives_every_replica_the_first_replicas_weights():
     results = _run("unseeded_model")
     before = {rank: results[rank]["before"] for rank in (0, 1)}

@@ -387,9 +387,12 @@ def test_capacity_follows_what_came_after_the_same_kind_of_call():
     assert capacity.bytes == 4096  # after a gather: the most of its last followers (a gather, a pad)
     capacity.follow(pad, [0, 0])
     assert capacity.bytes == 4096  # a gather followed a pad once
-    capacity.follow(gather, [10 * INLINE_CEILING, 0])
+    capacity.follow(gather, [INLINE_CEILING - 100, 0])
     capacity.follow(pad, [0, 0])
     assert capacity.bytes == INLINE_CEILING  # never more than the ceiling
+    capacity.follow(gather, [10 * INLINE_CEILING, 10 * INLINE_CEILING])
+    capacity.follow(pad, [0, 0])
+    assert capacity.bytes == INLINE_CEILING  # a need above it (beside the exchange) does not count
     for _ in range(FOLLOWERS):
         capacity.follow(pad, [0, 0])
     assert capacity.bytes == INLINE_FLOOR  # the large followers are forgotten
@@ -419,7 +422,8 @@ def test_a_mismatch_leaves_every_rank_with_the_same_capacity():
             state, describe("gather", torch.ones(2, 5)), pieces=[torch.ones(40, dtype=torch.uint8)]
         )
     capacity = capacity_of(state)  # the peer's, too: the mismatched exchange counts as no need
-    assert capacity.last is None and capacity.bytes == INLINE_FLOOR and list(capacity.after[7]) == [0]
+    assert capacity.last is None and capacity.bytes == INLINE_FLOOR and list(capacity.after[7]) == [(0, 0)]
+    assert capacity.beside == 0
 
 
 def test_what_an_exchange_returns_outlives_the_next_exchange_in_the_same_buffers():

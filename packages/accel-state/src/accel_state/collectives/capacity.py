@@ -9,9 +9,18 @@ payload bytes its rank wanted to send, so every rank learns the same thing from 
 followed the last call's kind in its last FOLLOWERS occurrences, rounded up to a power of two,
 between INLINE_FLOOR and INLINE_CEILING. So a loop that gathers 64 KB of predictions per batch
 pays one round trip from its second batch on, and the small collective between two gathers (a
-pad, a reduce of the loss) still sends a small exchange. This holds as long as every rank takes
-part in every checked collective, in the same order: what any collective already requires, and
-what a rank that breaks it is told by the timeout that names the operation.
+pad, a reduce of the loss) still sends a small exchange.
+
+Larger inputs of one tensor, up to BESIDE_CEILING, are remembered too: when every rank's last
+FOLLOWERS calls after the last call's kind were gathers of exactly the same number of bytes, the
+next exchange has a second all_gather of that size beside it (`beside`), both in flight at once,
+so a loop that gathers 1 MB a batch does not wait for the check's round trip before its data
+moves. A call that breaks the pattern sends that many zero bytes once, and the pattern must then
+hold for FOLLOWERS calls again.
+
+This holds as long as every rank takes part in every checked collective, in the same order: what
+any collective already requires, and what a rank that breaks it is told by the timeout that names
+the operation.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import collections
 import weakref
 from typing import Any
 
-from accel_state.collectives.header import INLINE_CEILING, INLINE_FLOOR
+from accel_state.collectives.header import BESIDE_CEILING, INLINE_CEILING, INLINE_FLOOR
 
 FOLLOWERS = 4  # the needs remembered per kind of call
 KINDS = 256  # kinds of call remembered; past that, the memory starts again (alike on every rank)
@@ -34,13 +43,23 @@ def rounded(need: int) -> int:
     return size
 
 
+def _beside_need(needs: list[int]) -> int:
+    """Return the bytes every rank wanted to send beside the header exchange (0: not all alike)."""
+    first = needs[0] if needs else 0
+    if not INLINE_CEILING < first <= BESIDE_CEILING or any(need != first for need in needs):
+        return 0
+    return first
+
+
 class InlineCapacity:
-    """The payload size of one communicator's next header exchange."""
+    """The payload size of one communicator's next header exchange, and of the one beside it."""
 
     def __init__(self) -> None:
-        self.after: dict[int, collections.deque[int]] = {}
+        # Per kind of call, what the calls after it needed: (inline bytes, bytes beside).
+        self.after: dict[int, collections.deque[tuple[int, int]]] = {}
         self.last: int | None = None  # the kind of the last call, None after a mismatch
         self.bytes = INLINE_FLOOR
+        self.beside = 0  # the bytes per rank of the exchange beside the next one (0: none)
 
     def follow(self, kind: int | None, needs: list[int]) -> None:
         """Take in the exchange just done: its call's kind (None when the ranks disagreed) and
@@ -49,10 +68,13 @@ class InlineCapacity:
             if self.last not in self.after and len(self.after) >= KINDS:
                 self.after.clear()
             followers = self.after.setdefault(self.last, collections.deque(maxlen=FOLLOWERS))
-            followers.append(max(needs, default=0))
+            inline = max((need for need in needs if need <= INLINE_CEILING), default=0)
+            followers.append((inline, _beside_need(needs)))
         self.last = kind
         upcoming = self.after.get(kind) if kind is not None else None
-        self.bytes = rounded(max(upcoming)) if upcoming else INLINE_FLOOR
+        self.bytes = rounded(max(inline for inline, _ in upcoming)) if upcoming else INLINE_FLOOR
+        besides = {beside for _, beside in upcoming} if upcoming and len(upcoming) == FOLLOWERS else {0}
+        self.beside = besides.pop() if len(besides) == 1 else 0
 
 
 _by_communicator: weakref.WeakKeyDictionary[Any, InlineCapacity] = weakref.WeakKeyDictionary()

@@ -17,6 +17,12 @@ exchange holds the capacity's bytes of payload: inputs that fit (a metric, a see
 list, a batch of predictions up to INLINE_CEILING) travel in the header exchange itself, so
 checking them costs no extra round trip. Each header also says how many payload bytes its rank
 wanted to send (NEED_FIELD), from which every rank computes the same capacity for the next call.
+
+A larger gather of one tensor (up to BESIDE_CEILING) cannot ride in the header exchange, but once
+the same size followed the same kind of call several times, the next call runs a second all_gather
+of exactly that size beside the header exchange, both in flight at once (`capacity` says when):
+each rank sends its tensor's bytes there if they are exactly that size and its call can use them
+(PAYLOAD_FIELD says BESIDE), zeros otherwise. The check then costs no round trip of its own.
 """
 
 from __future__ import annotations
@@ -31,17 +37,23 @@ import numpy
 import torch
 
 HEADER_LENGTH = 32
-MAGIC = 0x616363656C000003  # "accel" and the layout version
+MAGIC = 0x616363656C000004  # "accel" and the layout version
 COMPARED_FIELDS = 5  # magic, call digest, input digest, tensor count, sizes carried
 CALL_FIELD = 1
-PAYLOAD_FIELD = 5  # this rank's payload length in bytes, or NO_PAYLOAD
-NEED_FIELD = 6  # the payload bytes this rank wanted to send inline (0: none, or more than the ceiling)
+PAYLOAD_FIELD = 5  # this rank's payload length in bytes, NO_PAYLOAD, or BESIDE
+# The payload bytes this rank wanted to send: inline (up to INLINE_CEILING), or beside the header
+# exchange (one tensor of a call that can take it, up to BESIDE_CEILING); 0: none, or too many.
+NEED_FIELD = 6
 FIXED_FIELDS = 7
 SIZE_CAPACITY = HEADER_LENGTH - FIXED_FIELDS
 HEADER_BYTES = HEADER_LENGTH * 8
 INLINE_FLOOR = 1024  # the payload every exchange carries at least
 INLINE_CEILING = 64 * 1024  # inputs larger than this never travel inline (they take their own collective)
+# One tensor up to this size may travel beside the header exchange. Above it the header's round trip
+# is a few % of the transfer, and a call the history foresaw wrongly would send that much for nothing.
+BESIDE_CEILING = 4 * 1024 * 1024
 NO_PAYLOAD = -1
+BESIDE = -2  # the payload length of a rank whose one piece travelled beside the header exchange
 _ALIGNMENT = 16  # of payload offsets, so that the bytes of any dtype can be viewed in place
 OUT_OF_RANGE = -1  # the size of a tensor that has no dim `size_dim` (it is left alone)
 TENSOR = "\x00"  # stands for a tensor in a structure text; messages put its shape there
@@ -213,7 +225,8 @@ def carried_sizes(headers: list[list[int]]) -> list[list[int]] | None:
 
 
 def payload_lengths(headers: list[list[int]]) -> list[int]:
-    """Return each rank's payload length (NO_PAYLOAD for a rank whose input did not travel inline)."""
+    """Return each rank's payload length (NO_PAYLOAD for a rank whose input did not travel inline,
+    BESIDE for one whose input travelled beside the header exchange)."""
     return [header[PAYLOAD_FIELD] for header in headers]
 
 
@@ -223,7 +236,7 @@ def call_kind(headers: list[list[int]]) -> int:
 
 
 def needs(headers: list[list[int]]) -> list[int]:
-    """Return the payload bytes each rank wanted to send inline (what the next capacity is made of)."""
+    """Return the payload bytes each rank wanted to send (what the next capacity is made of)."""
     return [header[NEED_FIELD] for header in headers]
 
 
@@ -300,12 +313,18 @@ def _zeros(device: torch.device, length: int) -> torch.Tensor:
 
 
 def plan_exchange(
-    description: Description, pieces: list[Piece] | None, capacity: int
+    description: Description,
+    pieces: list[Piece] | None,
+    capacity: int,
+    *,
+    beside_ok: bool = False,
+    beside: int = 0,
 ) -> tuple[numpy.ndarray, list[int]]:
     """Return this rank's encoded header and where its pieces lie in the payload.
 
     The offsets are empty when the pieces do not fit in `capacity`; the header records the bytes
-    they needed either way.
+    they needed either way. With `beside_ok` (a call that can take one tensor whole from the
+    exchange beside the header's), a single piece of exactly `beside` bytes goes there (BESIDE).
     """
     if not pieces:
         layout = None
@@ -313,10 +332,14 @@ def plan_exchange(
         layout = [0], _length(pieces[0])
     else:
         layout = payload_layout([_length(piece) for piece in pieces])
-    need = layout[1] if layout is not None and layout[1] <= INLINE_CEILING else 0
-    if layout is None or layout[1] > capacity:
+    length = layout[1] if layout is not None else 0
+    alone = beside_ok and pieces is not None and len(pieces) == 1
+    need = length if length <= INLINE_CEILING or (alone and length <= BESIDE_CEILING) else 0
+    if alone and beside and length == beside:
+        return encoded(description, BESIDE, need), []
+    if layout is None or length > capacity:
         return encoded(description, NO_PAYLOAD, need), []
-    return encoded(description, layout[1], need), layout[0]
+    return encoded(description, length, need), layout[0]
 
 
 def fill_host_exchange(
@@ -338,13 +361,14 @@ def exchange_tensor(
     device: torch.device,
     pieces: list[Piece] | None = None,
     capacity: int = INLINE_FLOOR,
+    planned: tuple[numpy.ndarray, list[int]] | None = None,
 ) -> tuple[torch.Tensor, list[int]]:
     """Return what this rank sends (HEADER_BYTES, then `capacity` bytes of payload) and the offsets.
 
     `pieces` (`tensor_bytes`, or uint8 tensors on `device`) travel as the payload when they fit in
-    `capacity` (see `plan_exchange`).
+    `capacity` (see `plan_exchange`, or its result: `planned`).
     """
-    header, offsets = plan_exchange(description, pieces, capacity)
+    header, offsets = plan_exchange(description, pieces, capacity) if planned is None else planned
     if device.type == "cpu":
         exchange = numpy.empty(HEADER_BYTES + capacity, dtype=numpy.uint8)
         fill_host_exchange(exchange, header, pieces, offsets)
@@ -387,6 +411,14 @@ def unpack_gathered(payloads: Payloads, offset: int, like: torch.Tensor) -> torc
             return torch.from_numpy(rows.copy().view(as_numpy).reshape(shape))
         return torch.from_numpy(rows.copy()).view(like.dtype).reshape(shape)
     gathered = rows.contiguous().view(like.dtype).reshape(shape)
+    return gathered if gathered.device == like.device else gathered.to(like.device)
+
+
+def unpack_beside(received: torch.Tensor, world_size: int, like: torch.Tensor) -> torch.Tensor:
+    """Return every rank's tensor shaped like `like`, concatenated along dim 0, from the exchange
+    beside the header's (`received`: a new uint8 tensor, viewed in place, not copied)."""
+    shape = tuple(like.shape) or (1,)
+    gathered = received.view(like.dtype).view((shape[0] * world_size,) + shape[1:])
     return gathered if gathered.device == like.device else gathered.to(like.device)
 
 

@@ -6,7 +6,9 @@ exchange), so mismatched inputs raise CollectiveShapeError on every rank, naming
 shape, dtype or structure, instead of returning garbage or aborting a rank. Padding and uneven
 gathers read the sizes they need from that same exchange, and small inputs (gather, broadcast,
 the pickled objects: up to 64 KB per rank, once the sizes seen lately call for it, see
-`capacity`) travel in it: for them the check is the collective.
+`capacity`) travel in it: for them the check is the collective. A gather of one tensor up to 4 MB
+whose size the calls before it foresaw travels in a second all_gather beside the check's, both in
+flight at once.
 `ACCEL_CHECK_COLLECTIVES=0` skips the check for gather, broadcast and reduce; debug mode
 (`ACCEL_DEBUG_MODE=1`) compares full descriptions every time.
 """
@@ -29,6 +31,7 @@ from accel_state.collectives.header import (
     numpy_dtype,
     payload_bytes,
     tensor_bytes,
+    unpack_beside,
     unpack_gathered,
     unpack_one,
     unpack_rows,
@@ -67,18 +70,20 @@ def _agree(
 
 
 def _agree_inline(
-    state: PartialState, operation: str, data: Any, arguments: str = ""
+    state: PartialState, operation: str, data: Any, arguments: str = "", beside_ok: bool = False
 ) -> tuple[Agreement, list[torch.Tensor]] | None:
     """Agree on `data`, sending its tensors along when they fit; None when checks are off.
 
-    Whether they travelled (`Agreement.all_inline`) is the same on every rank: it depends only on
-    what the ranks agreed on.
+    Whether they travelled (`Agreement.all_inline`, `Agreement.beside`) is the same on every rank:
+    it depends only on what the ranks agreed on.
     """
     if not state.check_collectives:
         return None
     tensors = [data] if isinstance(data, torch.Tensor) else tensor_leaves(data)
     description = describe(operation, data, arguments=arguments)
-    return _agree(state, description, tensor_bytes(tensors, state.device)), tensors
+    pieces = tensor_bytes(tensors, state.device)
+    agreement = agree_across_ranks(state, description, full=state.debug, pieces=pieces, beside_ok=beside_ok)
+    return agreement, tensors
 
 
 def _check_source(state: PartialState, operation: str, from_process: int) -> None:
@@ -123,7 +128,10 @@ def gather(data: Any) -> Any:
     data = _whole(data)
     if not state.use_distributed:
         return data
-    agreed = _agree_inline(state, "gather", data)
+    single = isinstance(data, torch.Tensor)
+    agreed = _agree_inline(state, "gather", data, beside_ok=single)
+    if agreed is not None and agreed[0].beside is not None and single:
+        return unpack_beside(agreed[0].beside, state.num_processes, data)
     if agreed is None or not agreed[0].all_inline():
         return recursively_apply(_gather_one, data, error_on_other_type=True, name="gather")
     agreement, tensors = agreed

@@ -13,12 +13,14 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy
 import torch
 
 from accel_state.collectives.capacity import capacity_of
 from accel_state.collectives.header import (
+    BESIDE,
     HEADER_BYTES,
-    NO_PAYLOAD,
+    PAYLOAD_FIELD,
     TENSOR,
     Description,
     Payloads,
@@ -63,36 +65,57 @@ class Agreement:
     offsets: list[int]  # where this rank's pieces lie in its payload (empty when they did not travel)
     payloads: Payloads | None = None  # (world size, capacity) uint8: every rank's payload
     sizes: list[list[int]] | None = None  # per tensor, every rank's size along the description's size_dim
+    # Every rank's one piece, gathered beside the header exchange (a new uint8 tensor of world size
+    # times its bytes), when every rank's travelled there.
+    beside: torch.Tensor | None = None
 
     def all_inline(self) -> bool:
-        return self.payloads is not None and NO_PAYLOAD not in self.payload_lengths
+        return self.payloads is not None and all(length >= 0 for length in self.payload_lengths)
 
 
 def agree_across_ranks(
-    state: Any, description: Description, *, full: bool = False, pieces: list[Piece] | None = None
+    state: Any,
+    description: Description,
+    *,
+    full: bool = False,
+    pieces: list[Piece] | None = None,
+    beside_ok: bool = False,
 ) -> Agreement:
     """Exchange headers, with `pieces` (uint8 on the state's device) when they fit, in one all_gather.
 
     Raises CollectiveShapeError on every rank unless all ranks bring matching inputs to the same
     call. `state` is the process's shared state (its communicator, device and world size); with
-    `full` the full descriptions are compared too, not only their digests.
+    `full` the full descriptions are compared too, not only their digests. With `beside_ok` (a
+    gather of one tensor), that tensor may travel in an all_gather beside the header exchange, when
+    the history of calls foresaw its size (`capacity`): the result is then `Agreement.beside`.
     """
     world_size = state.num_processes
     if full:
         description = _with_site(description)
     communicator = state.communicator
     capacity = capacity_of(communicator)
+    beside = capacity.beside  # the same on every rank: every rank runs that exchange, or none does
+    header, offsets = plan_exchange(description, pieces, capacity.bytes, beside_ok=beside_ok, beside=beside)
     if state.device.type == "cpu":
         buffers = host_exchange(communicator, HEADER_BYTES + capacity.bytes, world_size)
-        header, offsets = plan_exchange(description, pieces, capacity.bytes)
         fill_host_exchange(buffers.send, header, pieces, offsets)
-        communicator.all_gather_into(buffers.table_tensor, buffers.send_tensor)
+        table, sent = buffers.table_tensor, buffers.send_tensor
+    else:
+        planned = (header, offsets)
+        sent, _ = exchange_tensor(description, state.device, pieces, capacity.bytes, planned=planned)
+        table = torch.empty(sent.numel() * world_size, dtype=torch.uint8, device=state.device)
+    received = None
+    if beside:
+        travels = header.view(numpy.int64)[PAYLOAD_FIELD] == BESIDE
+        piece = _as_tensor(pieces[0]) if travels and pieces else _zero_bytes(beside, state.device)
+        received = torch.empty(beside * world_size, dtype=torch.uint8, device=state.device)
+        communicator.all_gather_two_into(table, sent, received, piece)
+    else:
+        communicator.all_gather_into(table, sent)
+    if state.device.type == "cpu":
         headers, payloads = read_table(buffers.table)
     else:
-        exchange, offsets = exchange_tensor(description, state.device, pieces, capacity.bytes)
-        gathered = torch.empty(exchange.numel() * world_size, dtype=torch.uint8, device=state.device)
-        communicator.all_gather_into(gathered, exchange)
-        headers, payloads = split_exchanges(gathered, world_size)
+        headers, payloads = split_exchanges(table, world_size)
     agreed = headers_agree(headers)
     # Before anything can raise: every rank holds the same headers, so all stay in step.
     capacity.follow(call_kind(headers) if agreed else None, needs(headers) if agreed else [])
@@ -102,12 +125,24 @@ def agree_across_ranks(
         if not agreed or any(d.comparable() != per_rank[0].comparable() for d in per_rank):
             raise CollectiveShapeError(mismatch_message(per_rank))
     agreement = Agreement(payload_lengths(headers), offsets)
-    if any(length != NO_PAYLOAD for length in agreement.payload_lengths):
+    if any(length >= 0 for length in agreement.payload_lengths):
         agreement.payloads = payloads
+    if received is not None and all(length == BESIDE for length in agreement.payload_lengths):
+        agreement.beside = received
     if description.size_dim is not None:
         sizes = carried_sizes(headers)
         agreement.sizes = _exchange_sizes(state, description.sizes()) if sizes is None else sizes
     return agreement
+
+
+def _as_tensor(piece: Piece) -> torch.Tensor:
+    """Return a piece's bytes as a tensor (a numpy piece is viewed, not copied)."""
+    return torch.from_numpy(piece) if isinstance(piece, numpy.ndarray) else piece
+
+
+def _zero_bytes(length: int, device: torch.device) -> torch.Tensor:
+    # Sent by a rank whose call cannot use the exchange beside the header's: rare, so not kept.
+    return torch.zeros(length, dtype=torch.uint8, device=device)
 
 
 def _with_site(description: Description) -> Description:

@@ -22,6 +22,12 @@ class Communicator(Protocol):
     def all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
         """Fill `out` with every rank's `tensor` concatenated along dim 0, in rank order."""
 
+    def all_gather_two_into(
+        self, out: torch.Tensor, tensor: torch.Tensor, second_out: torch.Tensor, second: torch.Tensor
+    ) -> None:
+        """Do `all_gather_into(out, tensor)` and `all_gather_into(second_out, second)`, the second
+        in flight with the first where the transport allows (a check's header beside the data)."""
+
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
         """Replace `tensor` in place with its element-wise sum over ranks."""
 
@@ -52,6 +58,14 @@ class TorchCommunicator:
 
     def all_gather_into(self, out: torch.Tensor, tensor: torch.Tensor) -> None:
         _all_gather_single(out, tensor)
+
+    def all_gather_two_into(
+        self, out: torch.Tensor, tensor: torch.Tensor, second_out: torch.Tensor, second: torch.Tensor
+    ) -> None:
+        first_done = _all_gather_single(out, tensor, async_op=True)
+        second_done = _all_gather_single(second_out, second, async_op=True)
+        first_done.wait()
+        second_done.wait()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> None:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)

@@ -34,6 +34,13 @@ class XlaCommunicator:
         out.copy_(gathered)
         _computed(out)
 
+    def all_gather_two_into(
+        self, out: torch.Tensor, tensor: torch.Tensor, second_out: torch.Tensor, second: torch.Tensor
+    ) -> None:
+        # One after the other: each replica's graphs must be the same, in the same order.
+        self.all_gather_into(out, tensor)
+        self.all_gather_into(second_out, second)
+
     def _all_reduce(self, kind: str, tensor: torch.Tensor) -> None:
         xm = _xm()
         reduced = xm.all_reduce(getattr(xm, kind), _computed(tensor), pin_layout=False)
