@@ -36,15 +36,48 @@ def test_capacity_foresees_a_size_only_after_every_rank_needed_it_after_the_same
         capacity.follow(gather, [LARGE, LARGE])
     assert capacity.beside == LARGE
     assert capacity.bytes < LARGE  # the header exchange itself stays small
-    capacity.follow(pad, [0, 0])
+    capacity.follow(pad, [0, 0])  # foreseen wrongly: the pad's ranks sent LARGE zero bytes
     assert capacity.beside == 0  # nothing is known of what follows a pad
-    capacity.follow(gather, [0, 0])  # a gather was followed by a pad: the pattern broke
-    assert capacity.beside == 0
-    for _ in range(FOLLOWERS - 1):
+    capacity.follow(gather, [0, 0])
+    assert capacity.beside == 0  # the streak after a gather starts again...
+    for _ in range(2 * FOLLOWERS - 1):
         capacity.follow(gather, [LARGE, LARGE])
-        assert capacity.beside == 0  # the pad is still among the last FOLLOWERS
+        assert capacity.beside == 0  # ...and must now be twice as long
     capacity.follow(gather, [LARGE, LARGE])
     assert capacity.beside == LARGE
+
+
+def test_long_runs_are_foreseen_again_after_each_break():
+    gather, pad = 11, 22
+    capacity = InlineCapacity()
+    capacity.follow(pad, [0, 0])
+    for _ in range(10):  # blocks of 60 gathers of LARGE, then 60 pads
+        sent = []
+        for _ in range(60):
+            sent.append(capacity.beside)
+            capacity.follow(gather, [LARGE, LARGE])
+        wasted = capacity.beside  # what the first pad's ranks send beside it
+        for _ in range(60):
+            capacity.follow(pad, [0, 0])
+        assert sent.count(LARGE) >= 60 - 1 - 2 * FOLLOWERS  # foreseen after 8 gathers at most
+        assert wasted in (0, LARGE)
+    assert capacity.streaks[gather].required <= 2 * FOLLOWERS
+
+
+def test_a_pattern_that_keeps_breaking_just_after_it_is_foreseen_is_soon_not_foreseen_at_all():
+    gather, reduce = 11, 33
+    capacity = InlineCapacity()
+    capacity.follow(reduce, [8, 8])
+    wasted, used = [], []
+    for _ in range(50):  # per step: five gathers of LARGE, then a reduce of the loss
+        used.append(capacity.beside)  # what the first gather's ranks send beside it
+        for _ in range(5):
+            capacity.follow(gather, [LARGE, LARGE])
+        wasted.append(capacity.beside)  # what the reduce's ranks send beside it
+        capacity.follow(reduce, [8, 8])
+    assert wasted[0] == LARGE  # four gathers after a gather foresaw a fifth, once...
+    assert not any(wasted[1:])  # ...then a streak of 4 was no longer enough
+    assert used == [0] * 4 + [LARGE] * 46  # a gather always follows the reduce: foreseen from step 4
 
 
 @pytest.mark.parametrize(

@@ -422,7 +422,7 @@ def test_a_mismatch_leaves_every_rank_with_the_same_capacity():
             state, describe("gather", torch.ones(2, 5)), pieces=[torch.ones(40, dtype=torch.uint8)]
         )
     capacity = capacity_of(state)  # the peer's, too: the mismatched exchange counts as no need
-    assert capacity.last is None and capacity.bytes == INLINE_FLOOR and list(capacity.after[7]) == [(0, 0)]
+    assert capacity.last is None and capacity.bytes == INLINE_FLOOR and list(capacity.after[7]) == [0]
     assert capacity.beside == 0
 
 
