@@ -64,9 +64,12 @@ def _whole(data: Any) -> Any:
 
 
 def _agree(
-    state: PartialState, description: Description, pieces: list[torch.Tensor] | None = None
+    state: PartialState,
+    description: Description,
+    pieces: list[torch.Tensor] | None = None,
+    beside_ok: bool = False,
 ) -> Agreement:
-    return agree_across_ranks(state, description, full=state.debug, pieces=pieces)
+    return agree_across_ranks(state, description, full=state.debug, pieces=pieces, beside_ok=beside_ok)
 
 
 def _agree_inline(
@@ -81,9 +84,7 @@ def _agree_inline(
         return None
     tensors = [data] if isinstance(data, torch.Tensor) else tensor_leaves(data)
     description = describe(operation, data, arguments=arguments)
-    pieces = tensor_bytes(tensors, state.device)
-    agreement = agree_across_ranks(state, description, full=state.debug, pieces=pieces, beside_ok=beside_ok)
-    return agreement, tensors
+    return _agree(state, description, tensor_bytes(tensors, state.device), beside_ok), tensors
 
 
 def _check_source(state: PartialState, operation: str, from_process: int) -> None:
@@ -128,9 +129,8 @@ def gather(data: Any) -> Any:
     data = _whole(data)
     if not state.use_distributed:
         return data
-    single = isinstance(data, torch.Tensor)
-    agreed = _agree_inline(state, "gather", data, beside_ok=single)
-    if agreed is not None and agreed[0].beside is not None and single:
+    agreed = _agree_inline(state, "gather", data, beside_ok=isinstance(data, torch.Tensor))
+    if agreed is not None and agreed[0].beside is not None:  # one tensor, foreseen (`capacity`)
         return unpack_beside(agreed[0].beside, state.num_processes, data)
     if agreed is None or not agreed[0].all_inline():
         return recursively_apply(_gather_one, data, error_on_other_type=True, name="gather")

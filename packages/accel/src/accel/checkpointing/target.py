@@ -31,7 +31,24 @@ def _unlisted_files(folder: Path, listed: set[str]) -> list[str]:
 
 def _holds_no_files(folder: Path) -> bool:
     """Whether `folder` holds no file or link at any depth (only empty folders, if anything)."""
-    return not _unlisted_files(folder, set())
+    for dirpath, dirnames, filenames in os.walk(folder):
+        if filenames or any(os.path.islink(os.path.join(dirpath, name)) for name in dirnames):
+            return False
+    return True
+
+
+def _replaceable_files(folder: Path) -> set[str] | None:
+    """Return the files a save or a removal may delete in `folder`, the ones its checkpoint.json
+    lists; an empty set when it holds no file (empty, or only the empty folders that a removal
+    killed midway leaves); None when it holds files but no valid checkpoint.json."""
+    listed = checkpoint_files(folder)
+    if listed is None and _holds_no_files(folder):
+        return set()
+    return listed
+
+
+def _shown(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
 def remove_checkpoint_files(folder: Path, listed: set[str]) -> None:
@@ -51,9 +68,7 @@ def remove_if_only_listed(folder: Path) -> bool:
     """Delete `folder` if it is empty or a checkpoint holding only its listed files; True if it is gone."""
     if os.path.islink(folder) or not os.path.isdir(folder):
         return False
-    listed = checkpoint_files(folder) if os.listdir(folder) else set()
-    if listed is None and _holds_no_files(folder):
-        listed = set()
+    listed = _replaceable_files(folder)
     if listed is None or _unlisted_files(folder, listed):
         return False
     remove_checkpoint_files(folder, listed)
@@ -66,17 +81,12 @@ def removal_problem(folder: Path) -> str | None:
         return "it is a symbolic link, not a checkpoint folder"
     if not os.path.isdir(folder):
         return "it is not a folder"
-    if not os.listdir(folder):
-        return None
-    listed = checkpoint_files(folder)
-    if listed is None and _holds_no_files(folder):
-        return None
+    listed = _replaceable_files(folder)
     if listed is None:
         return f"it is not an accel checkpoint (no valid {METADATA_NAME}), and only checkpoints are deleted"
     extra = _unlisted_files(folder, listed)
     if extra:
-        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
-        return f"it holds files its checkpoint did not write ({shown}), which are never deleted"
+        return f"it holds files its checkpoint did not write ({_shown(extra)}), which are never deleted"
     return None
 
 
@@ -120,11 +130,7 @@ def refuse_foreign_content(target: Path) -> set[str] | None:
     refuse_unsafe_target(target)
     if not os.path.lexists(target):
         return None
-    if not os.listdir(target):
-        return set()
-    listed = checkpoint_files(target)
-    if listed is None and _holds_no_files(target):
-        return set()  # only empty folders: a removal killed after the files went
+    listed = _replaceable_files(target)
     if listed is None:
         raise CheckpointTargetError(
             f"save_state: {target} holds files but is not an accel checkpoint (no valid {METADATA_NAME}); "
@@ -132,9 +138,8 @@ def refuse_foreign_content(target: Path) -> set[str] | None:
         )
     extra = _unlisted_files(target, listed)
     if extra:
-        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
         raise CheckpointTargetError(
-            f"save_state: {target} holds files its checkpoint did not write ({shown}); replacing the "
+            f"save_state: {target} holds files its checkpoint did not write ({_shown(extra)}); replacing the "
             "checkpoint would delete them: move them away or save elsewhere"
         )
     return listed
