@@ -204,8 +204,9 @@ def test_inputs_travel_inline_once_the_capacity_grew_and_every_rank_agrees_on_it
 
 
 def gather_beside_the_check():
-    """Gathers of one 1 MB tensor per call: from the fifth repeat on, the data travels beside the
-    check's exchange; a call that breaks the pattern, a mismatch and other dtypes in between."""
+    """Gathers of one 256 KB tensor per call: from the third on, the data travels beside the check's
+    exchange; a call that breaks the pattern, a mismatch and other dtypes in between, and a mismatch
+    where only some ranks' gathers are of the foreseen size."""
     import torch
 
     from accel_state import CollectiveShapeError, PartialState, gather, reduce
@@ -229,7 +230,7 @@ def gather_beside_the_check():
         besides.append(capacity.beside)
         check(rows * (step + 1), f"gather {step}")
     besides.append(capacity.beside)
-    check(rows[:-1], "a gather of another size")  # sends zeros beside, then gathers as ever
+    check(rows[:-1], "a gather of another size")  # sends nothing beside, gathers as ever
     if reduce(torch.tensor([float(rank)]), reduction="sum").item() != sum(range(world)):
         wrong.append("reduce")
     for dtype in (torch.bfloat16, torch.int64, torch.bool):
@@ -242,7 +243,15 @@ def gather_beside_the_check():
     except CollectiveShapeError as error:
         mismatch = str(error)
     check(rows, "a gather after the mismatch")
-    return {"wrong": wrong, "besides": besides, "mismatch": mismatch}
+    check(rows, "a gather foreseen again")
+    split = ""
+    try:  # only rank 0's gather is of the foreseen size: the others join its exchange, all raise
+        besides.append(capacity.beside)
+        gather(rows if rank == 0 else rows[:-1])
+    except CollectiveShapeError as error:
+        split = str(error)
+    check(rows, "a gather after the split")
+    return {"wrong": wrong, "besides": besides, "mismatch": mismatch, "split": split}
 
 
 @pytest.mark.parametrize("num_processes", [2, 3])
@@ -251,6 +260,8 @@ def test_a_repeated_gather_travels_beside_the_check_and_stays_exact_launch(num_p
     for got in results:
         assert got["wrong"] == []
         assert got["mismatch"].startswith("gather: tensors differ in shape across ranks")
+        assert got["split"].startswith("gather: tensors differ in shape across ranks")
     assert len({tuple(got["besides"]) for got in results}) == 1  # the same on every rank
-    # Nothing foreseen until 4 gathers had followed a gather, then 256 KB beside each.
-    assert results[0]["besides"] == [0] * 5 + [2**18] * 4
+    # Nothing foreseen until a 256 KB gather had followed a gather, then 256 KB beside each, and at
+    # the split (rank 0 sent its tensor beside, the others joined with zeros).
+    assert results[0]["besides"] == [0] * 2 + [2**18] * 7 + [2**18]

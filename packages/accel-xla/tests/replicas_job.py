@@ -104,7 +104,7 @@ def _gather(accelerator) -> dict:
 
 
 def _gather_beside(accelerator) -> dict:
-    """The same 256 KB gather seven times: from the sixth, the data travels beside the check."""
+    """The same 256 KB gather seven times: from the third, the data travels beside the check."""
     from accel_state import PartialState
     from accel_state.collectives.capacity import capacity_of
 

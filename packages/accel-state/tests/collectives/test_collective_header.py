@@ -308,32 +308,43 @@ def test_inputs_too_large_or_on_another_device_type_do_not_travel_inline():
 
 class TwoRanks:
     """The state of rank 0 of 2, whose peer (rank 1) sends `peer` and `peer_pieces`; a peer that
-    `gathers` one tensor sends it beside the header exchange when that exchange is foreseen."""
+    `gathers` one tensor sends it beside the header exchange when that exchange is foreseen, and a
+    peer whose call differs joins an exchange beside that only rank 0 started with zeros."""
 
     def __init__(self, peer, peer_pieces=None, gathers=False):
         self.num_processes, self.device = 2, CPU
         self.communicator = self
         self.peer, self.peer_pieces, self.gathers = peer, peer_pieces, gathers
         self.object_exchanges = 0
-        self.exchanges = []  # per exchange, the bytes beside it (0: none)
+        self.exchanges = []  # per header exchange, the bytes beside it that rank 0 sent (0: none)
+        self.joined = []  # the bytes of each exchange beside that rank 0 joined after its header's
+        self.peer_beside = None  # what the peer sent beside the last header exchange, if anything
 
-    def _peer_sends(self, beside):
-        capacity = capacity_of(self).bytes  # the peer computed the same one from the same exchanges
-        planned = plan_exchange(self.peer, self.peer_pieces, capacity, beside_ok=self.gathers, beside=beside)
-        exchange, _ = exchange_tensor(self.peer, CPU, self.peer_pieces, capacity, planned=planned)
-        if planned[0].view("int64")[PAYLOAD_FIELD] != BESIDE:
-            return exchange, torch.zeros(beside, dtype=torch.uint8)
-        return exchange, torch.from_numpy(self.peer_pieces[0])
+    def _peer_sends(self):
+        capacity = capacity_of(self)  # the peer computed the same one from the same exchanges
+        planned = plan_exchange(
+            self.peer, self.peer_pieces, capacity.bytes, beside_ok=self.gathers, beside=capacity.beside
+        )
+        exchange, _ = exchange_tensor(self.peer, CPU, self.peer_pieces, capacity.bytes, planned=planned)
+        sent_beside = planned[0].view("int64")[PAYLOAD_FIELD] == BESIDE
+        self.peer_beside = torch.from_numpy(self.peer_pieces[0]) if sent_beside else None
+        return exchange
 
     def all_gather_into(self, out, tensor):
+        if self.peer_beside is not None:  # the exchange the peer started beside its header's
+            self.joined.append(tensor.numel())
+            out.copy_(torch.cat([tensor, self.peer_beside]))
+            self.peer_beside = None
+            return
         self.exchanges.append(0)
-        out.copy_(torch.cat([tensor, self._peer_sends(0)[0]]))
+        out.copy_(torch.cat([tensor, self._peer_sends()]))
 
     def all_gather_two_into(self, out, tensor, second_out, second):
         self.exchanges.append(second.numel())
-        exchange, beside = self._peer_sends(second.numel())
-        out.copy_(torch.cat([tensor, exchange]))
-        second_out.copy_(torch.cat([second, beside]))
+        out.copy_(torch.cat([tensor, self._peer_sends()]))
+        peer_second = self.peer_beside if self.peer_beside is not None else torch.zeros_like(second)
+        second_out.copy_(torch.cat([second, peer_second]))  # a peer that did not send joins with zeros
+        self.peer_beside = None
 
     def all_gather_object(self, obj, world_size):
         self.object_exchanges += 1
@@ -490,57 +501,35 @@ def test_strided_and_expanded_tensors_travel_as_their_values():
 LARGE = INLINE_CEILING * 4  # bytes: too many to ride in the header exchange
 
 
-def test_capacity_foresees_a_size_only_after_every_rank_needed_it_after_the_same_kind_of_call():
+def test_capacity_foresees_the_size_that_followed_the_same_call_last_time():
     gather, pad = 11, 22
     capacity = InlineCapacity()
     capacity.follow(gather, [LARGE, LARGE])  # the first gather: nothing has followed one yet
-    for _ in range(FOLLOWERS):
-        assert capacity.beside == 0  # not yet FOLLOWERS times
-        capacity.follow(gather, [LARGE, LARGE])
-    assert capacity.beside == LARGE
+    assert capacity.beside == 0
+    capacity.follow(gather, [LARGE, LARGE])
+    assert capacity.beside == LARGE  # a gather of LARGE followed a gather last time
     assert capacity.bytes < LARGE  # the header exchange itself stays small
-    capacity.follow(pad, [0, 0])  # foreseen wrongly: the pad's ranks sent LARGE zero bytes
+    capacity.follow(pad, [0, 0])  # foreseen wrongly: no rank's call could send beside, none did
     assert capacity.beside == 0  # nothing is known of what follows a pad
     capacity.follow(gather, [0, 0])
-    assert capacity.beside == 0  # the streak after a gather starts again...
-    for _ in range(2 * FOLLOWERS - 1):
-        capacity.follow(gather, [LARGE, LARGE])
-        assert capacity.beside == 0  # ...and must now be twice as long
+    assert capacity.beside == 0  # a pad followed the gather last time
     capacity.follow(gather, [LARGE, LARGE])
-    assert capacity.beside == LARGE
+    assert capacity.beside == LARGE  # and now a gather of LARGE did
+    capacity.follow(None, [])
+    assert capacity.beside == 0 and capacity.last_exact is None  # after a mismatch
 
 
-def test_long_runs_are_foreseen_again_after_each_break():
-    gather, pad = 11, 22
+def test_the_same_call_on_inputs_of_other_shapes_is_foreseen_apart():
+    gather = 11
+    predictions, labels = (gather, 1), (gather, 2)  # (call, input) digests
     capacity = InlineCapacity()
-    capacity.follow(pad, [0, 0])
-    for _ in range(10):  # blocks of 60 gathers of LARGE, then 60 pads
-        sent = []
-        for _ in range(60):
-            sent.append(capacity.beside)
-            capacity.follow(gather, [LARGE, LARGE])
-        wasted = capacity.beside  # what the first pad's ranks send beside it
-        for _ in range(60):
-            capacity.follow(pad, [0, 0])
-        assert sent.count(LARGE) >= 60 - 1 - 2 * FOLLOWERS  # foreseen after 8 gathers at most
-        assert wasted in (0, LARGE)
-    assert capacity.streaks[gather].required <= 2 * FOLLOWERS
-
-
-def test_a_pattern_that_keeps_breaking_just_after_it_is_foreseen_is_soon_not_foreseen_at_all():
-    gather, reduce = 11, 33
-    capacity = InlineCapacity()
-    capacity.follow(reduce, [8, 8])
-    wasted, used = [], []
-    for _ in range(50):  # per step: five gathers of LARGE, then a reduce of the loss
-        used.append(capacity.beside)  # what the first gather's ranks send beside it
-        for _ in range(5):
-            capacity.follow(gather, [LARGE, LARGE])
-        wasted.append(capacity.beside)  # what the reduce's ranks send beside it
-        capacity.follow(reduce, [8, 8])
-    assert wasted[0] == LARGE  # four gathers after a gather foresaw a fifth, once...
-    assert not any(wasted[1:])  # ...then a streak of 4 was no longer enough
-    assert used == [0] * 4 + [LARGE] * 46  # a gather always follows the reduce: foreseen from step 4
+    foreseen = []
+    for _ in range(5):  # per batch: a gather of LARGE predictions, then a gather of small labels
+        capacity.follow(gather, [LARGE, LARGE], predictions)
+        foreseen.append(capacity.beside)  # before the labels' gather
+        capacity.follow(gather, [400, 400], labels)
+        foreseen.append(capacity.beside)  # before the next predictions' gather
+    assert foreseen == [0, 0] + [0, LARGE] * 4  # the predictions foreseen from the second batch on
 
 
 @pytest.mark.parametrize(
@@ -589,16 +578,17 @@ def gather_check(state, tensor):
 def test_a_foreseen_gather_gets_every_rank_tensor_from_the_exchange_beside_the_header():
     ours, theirs = torch.arange(LARGE // 4, dtype=torch.float32), -torch.arange(LARGE // 4.0)
     state = gathering_peer(theirs)
-    for _ in range(FOLLOWERS + 1):
+    for _ in range(2):
         agreement = gather_check(state, ours)
         assert agreement.beside is None and not agreement.all_inline()
-    assert state.exchanges == [0] * (FOLLOWERS + 1)
+    assert state.exchanges == [0, 0]
     agreement = gather_check(state, ours)
     assert state.exchanges[-1] == LARGE and agreement.payload_lengths == [BESIDE, BESIDE]
     gathered = unpack_beside(agreement.beside, 2, ours)
     assert torch.equal(gathered, torch.cat([ours, theirs]))
     assert gathered.data_ptr() == agreement.beside.data_ptr()  # viewed, not copied
     assert ours.data_ptr() != gathered.data_ptr()
+    assert state.joined == []
 
 
 @pytest.mark.parametrize(
@@ -609,7 +599,7 @@ def test_every_dtype_and_shape_comes_back_from_the_bytes_beside(dtype):
     ours = torch.ones(shape).to(dtype)
     theirs = torch.zeros(shape).to(dtype)
     state = gathering_peer(theirs)
-    for _ in range(FOLLOWERS + 2):
+    for _ in range(3):
         agreement = gather_check(state, ours)
     assert agreement.beside is not None
     gathered = unpack_beside(agreement.beside, 2, ours)
@@ -617,32 +607,62 @@ def test_every_dtype_and_shape_comes_back_from_the_bytes_beside(dtype):
     assert torch.equal(gathered, torch.cat([ours, theirs]))
 
 
-def test_a_call_that_breaks_the_pattern_is_checked_as_ever_and_the_pattern_must_hold_again():
-    ours = torch.ones(LARGE // 4)
-    state = gathering_peer(torch.zeros(LARGE // 4))
-    for _ in range(FOLLOWERS + 1):
+def foreseen_gathers(ours, theirs):
+    """Two ranks that gathered `ours` and `theirs` until the next gather's size is foreseen."""
+    state = gathering_peer(theirs)
+    for _ in range(2):
         gather_check(state, ours)
-    assert capacity_of(state).beside == LARGE
-    # Both ranks gather another size: both send zeros beside, and the data takes its own exchange.
+    assert capacity_of(state).beside == ours.numel() * ours.element_size()
+    return state
+
+
+def test_a_call_that_is_not_a_gather_of_the_foreseen_size_sends_nothing_beside():
+    state = foreseen_gathers(torch.ones(LARGE // 4), torch.zeros(LARGE // 4))
+    # Both ranks gather another size: nothing beside, and the data takes its own exchange.
     other = torch.ones(LARGE // 4 + 4)
     switch_peer(state, torch.zeros(LARGE // 4 + 4))
     agreement = gather_check(state, other)
-    assert state.exchanges[-1] == LARGE and agreement.beside is None
+    assert state.exchanges[-1] == 0 and agreement.beside is None and state.joined == []
     assert agreement.payload_lengths == [NO_PAYLOAD, NO_PAYLOAD]
-    assert capacity_of(state).beside == 0
+    # Both ranks pad after the gathers: one header exchange, no more.
+    state = foreseen_gathers(torch.ones(LARGE // 4), torch.zeros(LARGE // 4))
+    padded = describe("pad_across_processes", torch.ones(LARGE // 4), arguments="dim=0", size_dim=0)
+    state.peer, state.peer_pieces, state.gathers = padded, None, False
+    agreement = agree_across_ranks(state, padded)
+    assert state.exchanges[-1] == 0 and state.joined == [] and agreement.sizes == [[LARGE // 4] * 2]
 
 
 def test_a_mismatch_during_a_foreseen_exchange_raises_naming_both_ranks():
     ours = torch.ones(LARGE // 8, 2)
-    state = gathering_peer(torch.zeros(LARGE // 8, 2))
-    for _ in range(FOLLOWERS + 1):
-        gather_check(state, ours)
+    state = foreseen_gathers(ours, torch.zeros(LARGE // 8, 2))
     wrong = torch.zeros(2, LARGE // 8)  # the same bytes, another shape: must not be reinterpreted
     switch_peer(state, wrong)
     with pytest.raises(CollectiveShapeError, match=r"rank 0: \(32768, 2\), rank 1: \(2, 32768\)"):
         gather_check(state, ours)
     assert state.exchanges[-1] == LARGE  # it travelled beside, and was refused by the header
     assert capacity_of(state).beside == 0 and capacity_of(state).last is None
+
+
+@pytest.mark.parametrize("sender", ["this rank", "the other rank"])
+def test_ranks_whose_calls_differ_during_a_foreseen_exchange_run_the_same_collectives_and_raise(sender):
+    ours = torch.ones(LARGE // 4)
+    state = foreseen_gathers(ours, torch.zeros(LARGE // 4))
+    other = torch.zeros(LARGE // 4 + 4)  # only one rank's gather is of the foreseen size
+    if sender == "this rank":
+        switch_peer(state, other)
+    else:
+        ours = torch.ones(LARGE // 4 + 4)
+    with pytest.raises(CollectiveShapeError, match=r"rank 0: \(\d+,\), rank 1: \(\d+,\)"):
+        gather_check(state, ours)
+    if sender == "this rank":  # its tensor went beside the header; the other joined with zeros
+        assert state.exchanges[-1] == LARGE and state.joined == []
+    else:  # the other's went beside: this rank joined that exchange after the headers showed it
+        assert state.exchanges[-1] == 0 and state.joined == [LARGE]
+    assert state.peer_beside is None  # every exchange either rank started was joined
+    # Both ranks go on in step: the next gather is checked and moves the data as ever.
+    switch_peer(state, torch.zeros(LARGE // 4))
+    agreement = gather_check(state, torch.ones(LARGE // 4))
+    assert agreement.beside is None and agreement.payload_lengths == [NO_PAYLOAD, NO_PAYLOAD]
 
 
 def test_the_header_bytes_do_not_change_with_the_exchange_beside():

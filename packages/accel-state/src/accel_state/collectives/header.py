@@ -19,10 +19,12 @@ checking them costs no extra round trip. Each header also says how many payload 
 wanted to send (NEED_FIELD), from which every rank computes the same capacity for the next call.
 
 A larger gather of one tensor (up to BESIDE_CEILING) cannot ride in the header exchange, but once
-the same size followed the same kind of call several times, the next call runs a second all_gather
-of exactly that size beside the header exchange, both in flight at once (`capacity` says when):
-each rank sends its tensor's bytes there if they are exactly that size and its call can use them
-(PAYLOAD_FIELD says BESIDE), zeros otherwise. The check then costs no round trip of its own.
+a gather of that size followed the same call last time (`capacity` says when), each rank whose call
+is a gather of exactly that size runs a second all_gather of its tensor beside the header exchange,
+both in flight at once (PAYLOAD_FIELD says BESIDE). The check then costs no round trip of its own.
+A rank whose call is anything else sends nothing beside, unless another rank's header says it did
+(their calls differ, which the check refuses): it then sends that many zero bytes, so that every
+rank runs the same collectives.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ import numpy
 import torch
 
 HEADER_LENGTH = 32
-MAGIC = 0x616363656C000004  # "accel" and the layout version
+MAGIC = 0x616363656C000005  # "accel" and the layout version
 COMPARED_FIELDS = 5  # magic, call digest, input digest, tensor count, sizes carried
 CALL_FIELD = 1
+INPUT_FIELD = 2
 PAYLOAD_FIELD = 5  # this rank's payload length in bytes, NO_PAYLOAD, or BESIDE
 # The payload bytes this rank wanted to send: inline (up to INLINE_CEILING), or beside the header
 # exchange (one tensor of a call that can take it, up to BESIDE_CEILING); 0: none, or too many.
@@ -233,6 +236,11 @@ def payload_lengths(headers: list[list[int]]) -> list[int]:
 def call_kind(headers: list[list[int]]) -> int:
     """Return the digest of the call (operation and arguments) the ranks agreed on."""
     return headers[0][CALL_FIELD]
+
+
+def exact_call(headers: list[list[int]]) -> tuple[int, int]:
+    """Return the digests of the call and of its input (structure, dtypes, shapes) the ranks agreed on."""
+    return headers[0][CALL_FIELD], headers[0][INPUT_FIELD]
 
 
 def needs(headers: list[list[int]]) -> list[int]:

@@ -28,6 +28,7 @@ from accel_state.collectives.header import (
     call_kind,
     carried_sizes,
     describe_object,
+    exact_call,
     exchange_tensor,
     fill_host_exchange,
     headers_agree,
@@ -94,7 +95,7 @@ def agree_across_ranks(
         description = _with_site(description)
     communicator = state.communicator
     capacity = capacity_of(communicator)
-    beside = capacity.beside  # the same on every rank: every rank runs that exchange, or none does
+    beside = capacity.beside  # foreseen alike on every rank
     header, offsets = plan_exchange(description, pieces, capacity.bytes, beside_ok=beside_ok, beside=beside)
     if state.device.type == "cpu":
         buffers = host_exchange(communicator, HEADER_BYTES + capacity.bytes, world_size)
@@ -105,29 +106,39 @@ def agree_across_ranks(
         sent, _ = exchange_tensor(description, state.device, pieces, capacity.bytes, planned=planned)
         table = torch.empty(sent.numel() * world_size, dtype=torch.uint8, device=state.device)
     received = None
-    if beside:
-        travels = header.view(numpy.int64)[PAYLOAD_FIELD] == BESIDE
-        piece = _as_tensor(pieces[0]) if travels and pieces else _zero_bytes(beside, state.device)
+    if beside and pieces and header.view(numpy.int64)[PAYLOAD_FIELD] == BESIDE:
+        # This rank's call is a gather of the foreseen size: its tensor travels beside, as is.
         received = torch.empty(beside * world_size, dtype=torch.uint8, device=state.device)
-        communicator.all_gather_two_into(table, sent, received, piece)
+        communicator.all_gather_two_into(table, sent, received, _as_tensor(pieces[0]))
     else:
         communicator.all_gather_into(table, sent)
     if state.device.type == "cpu":
         headers, payloads = read_table(buffers.table)
     else:
         headers, payloads = split_exchanges(table, world_size)
+    lengths = payload_lengths(headers)
+    if beside and received is None and BESIDE in lengths:
+        # Another rank sent its tensor beside; this rank's call differs (refused just below): it
+        # joins that exchange with zeros, so that every rank runs the same collectives.
+        communicator.all_gather_into(
+            torch.empty(beside * world_size, dtype=torch.uint8, device=state.device),
+            _zero_bytes(beside, state.device),
+        )
     agreed = headers_agree(headers)
     # Before anything can raise: every rank holds the same headers, so all stay in step.
-    capacity.follow(call_kind(headers) if agreed else None, needs(headers) if agreed else [])
+    if agreed:
+        capacity.follow(call_kind(headers), needs(headers), exact_call(headers))
+    else:
+        capacity.follow(None, [])
     if full or not agreed:
         # Every rank holds every header, so every rank takes this branch, or none does.
         per_rank: list[Description] = state.communicator.all_gather_object(description, world_size)
         if not agreed or any(d.comparable() != per_rank[0].comparable() for d in per_rank):
             raise CollectiveShapeError(mismatch_message(per_rank))
-    agreement = Agreement(payload_lengths(headers), offsets)
-    if any(length >= 0 for length in agreement.payload_lengths):
+    agreement = Agreement(lengths, offsets)
+    if any(length >= 0 for length in lengths):
         agreement.payloads = payloads
-    if received is not None and all(length == BESIDE for length in agreement.payload_lengths):
+    if received is not None and all(length == BESIDE for length in lengths):
         agreement.beside = received
     if description.size_dim is not None:
         sizes = carried_sizes(headers)
@@ -141,7 +152,7 @@ def _as_tensor(piece: Piece) -> torch.Tensor:
 
 
 def _zero_bytes(length: int, device: torch.device) -> torch.Tensor:
-    # Sent by a rank whose call cannot use the exchange beside the header's: rare, so not kept.
+    # Sent by a rank whose call differs from another's that sent beside: an error path, not kept.
     return torch.zeros(length, dtype=torch.uint8, device=device)
 
 
