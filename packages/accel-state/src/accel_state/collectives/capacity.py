@@ -59,7 +59,7 @@ class InlineCapacity:
     """The payload size of one communicator's next header exchange, and of the one beside it."""
 
     def __init__(self) -> None:
-        # Per kind of call, what the calls after it needed: the inline bytes of the last FOLLOWERS,
+        # Per kind of call, the inline bytes that the calls after its last FOLLOWERS occurrences needed.
         self.after: dict[int, collections.deque[int]] = {}
         # Per exact call (kind and input), the bytes beside of the call after it the last time (0:
         # not one tensor of the same size on every rank).

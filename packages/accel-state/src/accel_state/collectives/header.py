@@ -53,7 +53,8 @@ HEADER_BYTES = HEADER_LENGTH * 8
 INLINE_FLOOR = 1024  # the payload every exchange carries at least
 INLINE_CEILING = 64 * 1024  # inputs larger than this never travel inline (they take their own collective)
 # One tensor up to this size may travel beside the header exchange. Above it the header's round trip
-# is a few % of the transfer, and a call the history foresaw wrongly would send that much for nothing.
+# is a few % of the transfer, and the two in flight measured no faster (8 MB on 2 CPU ranks: 1.03-1.18x
+# a raw all_gather beside the header, 0.98-1.06x after it).
 BESIDE_CEILING = 4 * 1024 * 1024
 NO_PAYLOAD = -1
 BESIDE = -2  # the payload length of a rank whose one piece travelled beside the header exchange

@@ -43,7 +43,9 @@ def gather_for_metrics(
     gradient_state = GradientState()
     loader = gradient_state.active_dataloader
     remainder = gradient_state.remainder
-    tensors_only = all(isinstance(leaf, torch.Tensor) for leaf in leaves(data))
+    tensors_only = isinstance(data, torch.Tensor) or all(
+        isinstance(leaf, torch.Tensor) for leaf in leaves(data)
+    )
     try:
         # Ranks that pick different branches here meet in different collectives: the check of
         # inputs in each (a header exchange) makes that an error on every rank, not a hang.
