@@ -17,7 +17,9 @@ others pad it):
   (`ACCEL_DEBUG_MODE=1`: the header plus a full comparison of the inputs' descriptions), op
   "gather/debug".
 
-Every (op, size) runs in `--blocks` timed blocks, the ops rotating within each block round; a
+Every (op, size) runs in `--blocks` timed blocks, the ops in a new order each block round, the same
+on every rank (a rotation kept each op after the same neighbour in every block, so whatever that
+neighbour left behind, its buffers or the allocator's state, weighed on it in all of them). A
 block's calls start and end with a barrier, and fill about `--block-seconds`, reckoned from the
 fastest of each op's next few calls at that size (`_seconds_per_call`). Rank 0 emits {op: {bytes:
 seconds per call}}, from each op's fastest block (slower ones measure interference from other work
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -186,8 +189,9 @@ def main() -> None:
             )
         times: dict[str, list[float]] = {name: [] for name in names}
         for block in range(args.blocks):
-            shift = block % len(names)
-            for name in names[shift:] + names[:shift]:
+            order = list(names)
+            random.Random(block).shuffle(order)  # seeded: the same order on every rank
+            for name in order:
                 call = functools.partial(ops[name], inputs[name])
                 times[name].append(_timed_block(call, calls[name], dist.barrier))
         for name in names:
