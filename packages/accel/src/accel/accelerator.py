@@ -29,7 +29,6 @@ from accel.options.parallelism import MESH_TYPE, requested_parallelism, settle_f
 from accel.options.plugin_arguments import chosen_plugin, plugin_of_run
 from accel.options.project_config import ProjectConfiguration
 from accel.tracking.methods import ExperimentTracking
-from accel.training import metrics
 from accel.training.object_kinds import DATA_LOADER, MODEL, OPTIMIZER, SCHEDULER, kind_of, optimizers_of
 from accel.training.process_control import ProcessControl
 from accel.training.profiling import profile as _profile
@@ -462,6 +461,8 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
+        from accel.training import metrics  # on first use: a script that never calls it never imports it
+
         return metrics.gather_for_metrics(
             input_data, use_gather_object, self.num_processes, self.backend.data_layout()
         )
