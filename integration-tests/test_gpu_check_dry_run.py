@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["environment", "cuda_tests", "precision", "device_backend", "sharding", "head_to_head"]
+STEPS = ["environment", "cuda_tests", "precision", "device_backend", "sharding", "compile", "head_to_head"]
 
 
 def _gpu_check(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

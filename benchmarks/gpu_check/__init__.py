@@ -11,7 +11,9 @@ its preinstalled torch, in a few minutes, each step timed and its result recorde
    process needs none; the FSDP2 runs of step 4 join a group of one);
 4. raw DDP, FSDP2 and an N-D mesh of ones on one GPU: a few steps each, their losses against DDP's,
    and the peak of `torch.cuda.max_memory_allocated`;
-5. the head-to-head against Accelerate on the GPU: `python -m benchmarks --only precision --rounds 3`.
+5. torch.compile on the GPU: the compile figure's 12-block encoder eager, fully compiled and compiled
+   by region (inductor), time to the first step and steps/s (`compile_step.py`);
+6. the head-to-head against Accelerate on the GPU: `python -m benchmarks --only precision --rounds 3`.
 
 It writes gpu_check.json and gpu_check.md into the output folder (logs/ beside them) and exits 1 if
 a step failed (a skipped one does not). `--dry-run` runs every step's code on the CPU with tiny sizes

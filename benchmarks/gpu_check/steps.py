@@ -28,6 +28,7 @@ from benchmarks.gpu_check.commands import (
     last_line,
     start,
 )
+from benchmarks.gpu_check.compile_step import compile_runs
 from benchmarks.gpu_check.record import StepResult
 
 PRECISIONS = (("fp32", "no"), ("bf16", "bf16"), ("fp16", "fp16"))
@@ -49,8 +50,9 @@ SHARDING_SIZES = {
 }
 # Seconds each step may take on a real run (the head-to-head gets what is left of the total, at
 # least HEAD_TO_HEAD_MIN_S); a dry run gives every step DRY_STEP_S.
-BUDGET_S = {"environment": 30, "cuda_tests": 90, "precision": 75, "device_backend": 60, "sharding": 60}
-TOTAL_BUDGET_S, HEAD_TO_HEAD_MIN_S, DRY_STEP_S = 450, 120, 120
+BUDGET_S = {"environment": 30, "cuda_tests": 60, "precision": 60, "device_backend": 45, "sharding": 45}
+BUDGET_S["compile"] = 150
+TOTAL_BUDGET_S, HEAD_TO_HEAD_MIN_S, DRY_STEP_S = 470, 90, 120
 # What the training figure lacks, said in the head-to-head step's record.
 TRAINING_ON_CPU = (
     "the `training` figure launches CPU processes only (`accel launch --cpu`, "
@@ -298,7 +300,7 @@ def sharding(run: Run, result: StepResult, deadline: float) -> None:
         result.summary = "all modes ran; peak GPU memory: n/a on the CPU"
 
 
-# 5. head-to-head against Accelerate ----------------------------------------------------------------
+# 6. head-to-head against Accelerate ----------------------------------------------------------------
 def head_to_head(run: Run, result: StepResult, deadline: float) -> None:
     result.notes.append(TRAINING_ON_CPU)
     missing = probe.missing_module("accelerate")
@@ -356,6 +358,7 @@ STEPS: tuple[tuple[str, str, StepFunction], ...] = (
         device_backend,
     ),
     ("sharding", "raw DDP vs FSDP2 vs an N-D mesh of ones on one device: a few steps, peak memory", sharding),
+    ("compile", "torch.compile: full vs regional vs eager on the 12-block encoder (inductor)", compile_runs),
     ("head_to_head", "head-to-head against Accelerate: the benchmarks' precision figure", head_to_head),
 )
 

@@ -2,12 +2,14 @@
 by region (inductor by default), through one contender; time to the first step and steps/s after warm-up.
 
     python compile_job.py --contender raw|accel|accelerate --variant eager|full|regional
-        [--backend inductor] --blocks 12 --width 256 --heads 4 --sequence 128 --batch 4 --warmup 3 --steps 10
+        [--backend inductor] [--device cpu|cuda] --blocks 12 --width 256 --heads 4 --sequence 128 --batch 4
+        --warmup 3 --steps 10
 
 - raw: the loop by hand; `torch.compile(model)` (full) or `torch.compile(layer)` in place of each
   encoder layer (regional, torch's recipe);
 - accel / accelerate: `Accelerator(cpu=True, dynamo_plugin=TorchDynamoPlugin(backend=...,
-  use_regional_compilation=...))` and `prepare`, which compiles.
+  use_regional_compilation=...))` and `prepare`, which compiles (`cpu=True` left out with `--device
+  cuda`, the GPU check's compile step: the clocks then wait for the device).
 Inductor's cache folder comes from the environment (TORCHINDUCTOR_CACHE_DIR and
 ACCEL_COMPILE_CACHE_DIR, set alike by the figure). The clock starts once the libraries are imported
 and the model is built, and stops after the first optimizer step: preparing and compiling count.
@@ -49,8 +51,9 @@ def _raw(
 
 
 def _library(
-    contender: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, variant: str, backend: str
-) -> tuple[Any, Any, Backward]:
+    contender: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, variant: str, backend: str,
+    on_cpu: bool,
+) -> tuple[Any, Any, Backward]:  # fmt: skip
     if contender == "accel":
         from accel import Accelerator
         from accel.utils import TorchDynamoPlugin
@@ -58,10 +61,10 @@ def _library(
         from accelerate import Accelerator  # type: ignore[no-redef]
         from accelerate.utils import TorchDynamoPlugin  # type: ignore[no-redef]
     if variant == "eager":
-        accelerator = Accelerator(cpu=True)
+        accelerator = Accelerator(cpu=on_cpu)
     else:
         plugin = TorchDynamoPlugin(backend=backend, use_regional_compilation=variant == "regional")
-        accelerator = Accelerator(cpu=True, dynamo_plugin=plugin)
+        accelerator = Accelerator(cpu=on_cpu, dynamo_plugin=plugin)
     model, optimizer = accelerator.prepare(model, optimizer)
     return model, optimizer, accelerator.backward
 
@@ -81,6 +84,7 @@ def main() -> None:
     parser.add_argument("--contender", choices=["raw", "accel", "accelerate"], required=True)
     parser.add_argument("--variant", choices=["eager", "full", "regional"], required=True)
     parser.add_argument("--backend", default="inductor", help="torch.compile's backend")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
@@ -92,16 +96,24 @@ def main() -> None:
     torch.set_num_threads(1)
     _import(args.contender)
     torch.manual_seed(0)
-    model = make_encoder(args.blocks, args.width, args.heads)
-    batches = [torch.randn(args.batch, args.sequence, args.width) for _ in range(2)]
-    target = torch.randn(args.batch, args.sequence, args.width)
+    device = torch.device(args.device)
+    model = make_encoder(args.blocks, args.width, args.heads).to(device)
+    shape = (args.batch, args.sequence, args.width)
+    batches = [torch.randn(*shape).to(device) for _ in range(2)]
+    target = torch.randn(*shape).to(device)
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     started = time.perf_counter()
     if args.contender == "raw":
         model, optimizer, backward = _raw(model, optimizer, args.variant, args.backend)
     else:
-        model, optimizer, backward = _library(args.contender, model, optimizer, args.variant, args.backend)
+        model, optimizer, backward = _library(
+            args.contender, model, optimizer, args.variant, args.backend, device.type == "cpu"
+        )
 
     def step(index: int) -> None:
         loss = torch.nn.functional.mse_loss(model(batches[index % 2]), target)
@@ -110,12 +122,15 @@ def main() -> None:
         optimizer.zero_grad()
 
     step(0)
+    synchronize()
     first_step = time.perf_counter() - started
     for index in range(args.warmup):
         step(index + 1)
+    synchronize()
     started = time.perf_counter()
     for index in range(args.steps):
         step(index)
+    synchronize()
     rate = args.steps / (time.perf_counter() - started)
     graphs = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     emit({"first_step_s": first_step, "steps_per_s": rate, "graphs": graphs})
