@@ -37,3 +37,14 @@ def missing_cuda() -> str | None:
     probe = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
                            env=launchers.child_env(), timeout=PROBE_TIMEOUT_S)  # fmt: skip
     return None if probe.returncode == 0 else "no CUDA device (torch.cuda.is_available() is False)"
+
+
+def free_cuda_bytes() -> int | None:
+    """Return the bytes free on CUDA device 0 as a child process finds them, or None if it cannot tell."""
+    check = "import torch; print(torch.cuda.mem_get_info(0)[0])"
+    probe = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                           env=launchers.child_env(), timeout=PROBE_TIMEOUT_S)  # fmt: skip
+    try:
+        return int(probe.stdout.strip().splitlines()[-1]) if probe.returncode == 0 else None
+    except (IndexError, ValueError):
+        return None

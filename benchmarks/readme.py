@@ -37,8 +37,8 @@ engine, scale and N-D loops runs under cProfile beside the hand-written one, and
 % of the hand-written time, an upper bound of accel's cost (`benchmarks/workers/step_work.py`). On
 one CUDA machine, `bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their
 folders, nothing fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16
-against the loop by hand, the device and process group, DDP vs FSDP2 memory and the GPU
-head-to-head, into `results/gpu_check/`; `--dry-run` runs the same steps on a CPU in under a minute."""
+against the loop by hand, the device and process group, DDP vs FSDP2 memory, torch.compile (full vs
+regional vs eager on the 12-block encoder) and the GPU head-to-head, into `results/gpu_check/`; `--dry-run` runs the same steps on a CPU in under a minute."""
 QUICK = "a quick run (1 round of tiny inputs: a smoke test, not a measurement)"
 
 

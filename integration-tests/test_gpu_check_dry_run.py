@@ -98,3 +98,29 @@ def test_source_folders_get_the_entry_points_their_pyproject_declares(tmp_path):
     assert "[accel.backends]" in entry_points and "[accel.launch_hooks]" in entry_points
     assert "FSDP = accel_state.backends.fsdp.backend:FsdpBackend" in entry_points
     assert "Name: accel-state" in (info / "METADATA").read_text()
+
+
+def test_a_record_written_between_steps_says_it_is_incomplete_and_how_many_steps_are_left():
+    from benchmarks.gpu_check import record
+
+    done = record.StepResult("environment", "environment", summary="torch 2.13")
+    header = {"date": "now", "dry_run": False, "command": "c", "seconds": 1.0,
+              "machine": {"hostname": "h", "device": "d"}, "versions": {}}  # fmt: skip
+    written = record.run_record(header, [done], 6)
+    assert written["status"] == "incomplete" and written["pending_steps"] == 6
+    assert "**incomplete** in 1 s; 6 steps not run yet" in record.markdown(written)
+    assert record.run_record(header, [done])["status"] == "passed"
+
+
+def test_the_precision_figure_refuses_jobs_that_would_not_fit_on_the_device_at_once(monkeypatch):
+    from benchmarks import probe
+    from benchmarks.figures import precision
+
+    monkeypatch.setattr(probe, "free_cuda_bytes", lambda: 79 * 2**30)  # an 80 GB device
+    assert precision.too_big(9, 2048, 8192) is None
+    refused = precision.too_big(9, 4096, 8192)
+    assert (
+        refused is not None and "9 jobs of width 4096 x 8192 tokens" in refused and "79.0 GiB free" in refused
+    )
+    monkeypatch.setattr(probe, "free_cuda_bytes", lambda: None)  # unreadable: the jobs tell
+    assert precision.too_big(9, 4096, 8192) is None

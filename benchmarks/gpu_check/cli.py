@@ -86,7 +86,12 @@ def main(argv: list[str] | None = None) -> None:
         written = package_metadata(run.metadata_folder)
         if written:
             print(f"gpu_check: entry points of {', '.join(written)} declared from packages/", file=sys.stderr)
-        results = steps.run_all(run, started)
+
+        def write_so_far(done: list[steps.StepResult], pending: int) -> None:
+            if pending:
+                report.write(report.run_record(header(args, started, done[0].numbers), done, pending), output)
+
+        results = steps.run_all(run, started, write_so_far)
     record = report.run_record(header(args, started, results[0].numbers), results)
     as_json, as_markdown = report.write(record, output)
     print(report.markdown(record))

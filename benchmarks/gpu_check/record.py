@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
+PASSED, FAILED, SKIPPED, INCOMPLETE = "passed", "failed", "skipped", "incomplete"
 SCHEMA = 1
 JSON_NAME, MARKDOWN_NAME = "gpu_check.json", "gpu_check.md"
 
@@ -41,14 +41,16 @@ class StepResult:
             self.status, self.reason = SKIPPED, reason
 
 
-def run_record(header: dict[str, Any], steps: list[StepResult]) -> dict[str, Any]:
-    """Return the whole check as one JSON-ready record; its status is failed if any step failed."""
+def run_record(header: dict[str, Any], steps: list[StepResult], pending: int = 0) -> dict[str, Any]:
+    """Return the whole check as one JSON-ready record; its status is failed if any step failed, and
+    incomplete while `pending` steps have yet to run (the record written after each step)."""
     failed = [step.name for step in steps if step.status == FAILED]
     return {
         "schema": SCHEMA,
         **header,
-        "status": FAILED if failed else PASSED,
+        "status": FAILED if failed else INCOMPLETE if pending else PASSED,
         "failed_steps": failed,
+        "pending_steps": pending,
         "steps": [asdict(step) for step in steps],
     }
 
@@ -84,7 +86,8 @@ def markdown(record: dict[str, Any]) -> str:
         + ", ".join(f"{name} {version or 'not installed'}" for name, version in record["versions"].items()),
         f"- command: `{record['command']}`",
         f"- result: **{record['status']}** in {record['seconds']:.0f} s"
-        + (f" (failed: {', '.join(record['failed_steps'])})" if record["failed_steps"] else ""),
+        + (f" (failed: {', '.join(record['failed_steps'])})" if record["failed_steps"] else "")
+        + (f"; {record['pending_steps']} steps not run yet" if record.get("pending_steps") else ""),
         "",
     ]
     overview = [

@@ -393,11 +393,20 @@ def run_step(run: Run, started: float, name: str, title: str, function: StepFunc
     return result
 
 
-def run_all(run: Run, started: float) -> list[StepResult]:
+def run_all(
+    run: Run, started: float, after_step: Callable[[list[StepResult], int], None] | None = None
+) -> list[StepResult]:
     """Run every step and return their results in order. On a GPU one after the other (each is timed
-    alone); a dry run starts them all at once, to stay within a minute on two cores."""
+    alone), calling `after_step` with the results so far and the number of steps left after each, so
+    that a check cut short still leaves what it measured; a dry run starts them all at once, to stay
+    within a minute on two cores."""
     if not run.dry_run:
-        return [run_step(run, started, *step) for step in STEPS]
+        done: list[StepResult] = []
+        for step in STEPS:
+            done.append(run_step(run, started, *step))
+            if after_step is not None:
+                after_step(done, len(STEPS) - len(done))
+        return done
     with ThreadPoolExecutor(max_workers=len(STEPS)) as pool:
         futures = [pool.submit(run_step, run, started, *step) for step in STEPS]
         return [future.result() for future in futures]

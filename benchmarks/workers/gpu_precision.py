@@ -16,7 +16,8 @@ import torch
 
 from benchmarks.workers.serve import Task, add_arguments, serve
 
-WIDTH, TOKENS = 4096, 8192
+# The figure's shape: nine jobs of it hold about 38 GiB of a device at once (figures/precision.py).
+WIDTH, TOKENS = 2048, 8192
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
