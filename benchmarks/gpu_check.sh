@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (benchmarks/gpu_check/__init__.py says what it runs):
-#   bash benchmarks/gpu_check.sh [--dry-run] [--output DIR]
+#   bash benchmarks/gpu_check.sh [--dry-run] [--output DIR] [--only STEP[,STEP...]]
 # Runs with the python that has torch (first `python`, else `python3`; PYTHON=... to choose) and
 # our packages from their source folders on PYTHONPATH: nothing is installed or fetched.
 set -euo pipefail

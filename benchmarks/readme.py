@@ -38,7 +38,8 @@ engine, scale and N-D loops runs under cProfile beside the hand-written one, and
 one CUDA machine, `bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their
 folders, nothing fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16
 against the loop by hand, the device and process group, DDP vs FSDP2 memory, torch.compile (full vs
-regional vs eager on the 12-block encoder) and the GPU head-to-head, into `results/gpu_check/`; `--dry-run` runs the same steps on a CPU in under a minute."""
+regional vs eager on the 12-block encoder) and the GPU head-to-head, into `results/gpu_check/`
+(`--only STEP,...` for a part of it); `--dry-run` runs the same steps on a CPU in under a minute."""
 QUICK = "a quick run (1 round of tiny inputs: a smoke test, not a measurement)"
 
 

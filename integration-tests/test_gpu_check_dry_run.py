@@ -124,3 +124,16 @@ def test_the_precision_figure_refuses_jobs_that_would_not_fit_on_the_device_at_o
     )
     monkeypatch.setattr(probe, "free_cuda_bytes", lambda: None)  # unreadable: the jobs tell
     assert precision.too_big(9, 4096, 8192) is None
+
+
+@pytest.mark.slow
+def test_only_runs_the_environment_and_the_steps_named_and_refuses_an_unknown_one(tmp_path):
+    done = _gpu_check("--dry-run", "--only", "device_backend", "--output", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [step["name"] for step in record["steps"]] == ["environment", "device_backend"]
+    refused = _gpu_check(
+        "--dry-run", "--only", "sharding,warp_drive", "--output", str(tmp_path / "x"), timeout=60
+    )
+    assert refused.returncode == 2 and "no step named 'warp_drive'" in refused.stderr
+    assert not (tmp_path / "x").exists()

@@ -37,7 +37,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=DEFAULT_OUTPUT,
         help=f"folder of the JSON, markdown and logs (default: {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
     )
-    return parser.parse_args(argv)
+    names = [name for name, _, _ in steps.STEPS]
+    parser.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        metavar="STEP[,STEP...]",
+        help=f"run these steps only ({', '.join(names[1:])}); {names[0]} always runs first",
+    )
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.only or [] if name not in names]
+    if unknown:
+        parser.error(f"--only: no step named {', '.join(map(repr, unknown))} (steps: {', '.join(names)})")
+    return args
 
 
 def cuda_missing() -> str | None:
@@ -91,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
             if pending:
                 report.write(report.run_record(header(args, started, done[0].numbers), done, pending), output)
 
-        results = steps.run_all(run, started, write_so_far)
+        results = steps.run_all(run, started, write_so_far, args.only)
     record = report.run_record(header(args, started, results[0].numbers), results)
     as_json, as_markdown = report.write(record, output)
     print(report.markdown(record))

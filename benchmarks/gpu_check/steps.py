@@ -394,19 +394,24 @@ def run_step(run: Run, started: float, name: str, title: str, function: StepFunc
 
 
 def run_all(
-    run: Run, started: float, after_step: Callable[[list[StepResult], int], None] | None = None
+    run: Run,
+    started: float,
+    after_step: Callable[[list[StepResult], int], None] | None = None,
+    only: list[str] | None = None,
 ) -> list[StepResult]:
-    """Run every step and return their results in order. On a GPU one after the other (each is timed
-    alone), calling `after_step` with the results so far and the number of steps left after each, so
-    that a check cut short still leaves what it measured; a dry run starts them all at once, to stay
+    """Run every step (or the environment and those named in `only`) and return their results in order.
+    On a GPU one after the other (each is timed alone), calling `after_step` with the results so far
+    and the number of steps left after each, so that a check cut short still leaves what it measured
+    (and a short machine lease can run the check in parts); a dry run starts them all at once, to stay
     within a minute on two cores."""
+    chosen = [step for index, step in enumerate(STEPS) if only is None or index == 0 or step[0] in only]
     if not run.dry_run:
         done: list[StepResult] = []
-        for step in STEPS:
+        for step in chosen:
             done.append(run_step(run, started, *step))
             if after_step is not None:
-                after_step(done, len(STEPS) - len(done))
+                after_step(done, len(chosen) - len(done))
         return done
-    with ThreadPoolExecutor(max_workers=len(STEPS)) as pool:
-        futures = [pool.submit(run_step, run, started, *step) for step in STEPS]
+    with ThreadPoolExecutor(max_workers=len(chosen)) as pool:
+        futures = [pool.submit(run_step, run, started, *step) for step in chosen]
         return [future.result() for future in futures]
