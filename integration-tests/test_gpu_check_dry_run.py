@@ -60,6 +60,29 @@ def test_dry_run_compares_the_losses_of_accel_and_the_loop_by_hand_in_each_preci
     assert all(row["max loss difference to ddp"] <= 1e-3 for row in sharding["rows"]), sharding["rows"]
     device = steps["device_backend"]["numbers"]["accel"]
     assert device["device"] == "cpu" and device["process_group"] is None
+    compiled = steps["compile"]
+    assert [(row["contender"], row["variant"]) for row in compiled["rows"]] == [
+        ("raw", "eager"), ("accel", "full"), ("accel", "regional")
+    ]  # fmt: skip
+    assert all(row["graphs"] >= 1 for row in compiled["rows"][1:]) and compiled["rows"][0]["graphs"] == 0
+    assert set(compiled["numbers"]["ratios"]["accel"]) == {
+        "full_over_regional", "full_over_raw_eager", "regional_over_raw_eager"
+    }  # fmt: skip
+
+
+def test_the_compile_step_leaves_out_what_its_budget_cannot_hold_without_starting_it(tmp_path):
+    import time
+
+    from benchmarks.gpu_check.commands import Run
+    from benchmarks.gpu_check.compile_step import RUNS, execute, report
+    from benchmarks.gpu_check.record import StepResult
+
+    result = StepResult("compile", "compile")
+    answers, left_out = execute(Run(False, tmp_path, tmp_path), result, RUNS, tmp_path, time.monotonic() + 1)
+    assert answers == {} and len(left_out) == len(RUNS) and left_out[0] == "raw_eager"
+    assert result.commands == [] and result.status == "passed"
+    report(Run(False, tmp_path, tmp_path), result, answers, left_out)
+    assert result.summary == "accel: no ratio measured" and "left out" in result.notes[0]
 
 
 @pytest.mark.slow
