@@ -160,3 +160,20 @@ def test_only_runs_the_environment_and_the_steps_named_and_refuses_an_unknown_on
     )
     assert refused.returncode == 2 and "no step named 'warp_drive'" in refused.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_compile_run_still_going_at_the_deadline_is_stopped_and_named_without_failing_the_step(tmp_path):
+    import time
+
+    from benchmarks.gpu_check.commands import Run, start
+    from benchmarks.gpu_check.compile_step import checked
+    from benchmarks.gpu_check.record import StepResult
+
+    run, result, answers = Run(False, tmp_path, tmp_path), StepResult("compile", "compile"), {}
+    began = time.monotonic()
+    process = start(run, result, [sys.executable, "-c", "import time; time.sleep(60)"])
+    checked(run, result, answers, ("accel", "full", False), process, time.monotonic() + 1)
+    assert time.monotonic() - began < 30 and process.returncode is not None
+    assert answers == {} and result.status == "passed"
+    assert result.notes == ["accel_full was stopped at the step's deadline (see logs/compile_accel_full.log)"]
+    assert (tmp_path / "logs" / "compile_accel_full.log").exists()

@@ -7,7 +7,9 @@ inductor makes GPU kernels.
 
 The runs go in the order the goals need them (raw eager, then accel's, then raw's and Accelerate's
 compiles) within the step's budget: a run that the time left cannot hold, judged by the slowest finished
-run of its kind, is left out and named, never cut half way. A dry run compiles the figure's tiny model
+run of its kind, is left out and named; one still going at the deadline (a first compile slower than
+the budget) is stopped and named too. Neither fails the step: only a run that breaks, or compiles no
+graph, does. A dry run compiles the figure's tiny model
 with `aot_eager` on the CPU (raw eager, accel full and regional, at once).
 """
 
@@ -108,8 +110,12 @@ def checked(
     """Add one run's answer to `answers`, or fail the step naming the run (if it failed, or compiled
     no graph where it had to) and go on with the others."""
     log = f"compile_{label(*key)}"
+    done = finish(run, process, log, deadline)
+    if done.timed_out:
+        result.notes.append(f"{label(*key)} was stopped at the step's deadline (see logs/{log}.log)")
+        return
     try:
-        found = answer(finish(run, process, log, deadline), log, deadline - time.monotonic())
+        found = answer(done, log, 0.0)
         if key[1] != "eager" and not found["graphs"]:
             raise StepError(f"{log} compiled no graph")
     except StepError as error:
