@@ -17,7 +17,7 @@ its preinstalled torch, in a few minutes, each step timed and its result recorde
 
 It writes gpu_check.json and gpu_check.md into the output folder (logs/ beside them) after every
 step, and exits 1 if a step failed (a skipped one does not). `--only compile,head_to_head` runs the
-environment and those steps alone (a machine lent for a few minutes can take the check in parts).
+environment and those steps alone (a GPU at hand for a few minutes can take the check in parts).
 `--dry-run` runs every step's code on the CPU with tiny sizes (1 warm-up and 1 timed step), the
 CUDA-only expectations replaced by their CPU counterparts.
 """

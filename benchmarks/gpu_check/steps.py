@@ -402,7 +402,7 @@ def run_all(
     """Run every step (or the environment and those named in `only`) and return their results in order.
     On a GPU one after the other (each is timed alone), calling `after_step` with the results so far
     and the number of steps left after each, so that a check cut short still leaves what it measured
-    (and a short machine lease can run the check in parts); a dry run starts them all at once, to stay
+    (and a GPU at hand briefly can take the check in parts); a dry run starts them all at once, to stay
     within a minute on two cores."""
     chosen = [step for index, step in enumerate(STEPS) if only is None or index == 0 or step[0] in only]
     if not run.dry_run:
