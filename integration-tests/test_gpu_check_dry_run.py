@@ -162,6 +162,13 @@ def test_only_runs_the_environment_and_the_steps_named_and_refuses_an_unknown_on
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize("names", ["", ",", " , "])
+def test_only_naming_no_step_is_refused_rather_than_running_the_environment_alone(tmp_path, names):
+    refused = _gpu_check("--dry-run", "--only", names, "--output", str(tmp_path / "x"), timeout=60)
+    assert refused.returncode == 2 and "--only: names no step" in refused.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_compile_run_still_going_at_the_deadline_is_stopped_and_named_without_failing_the_step(tmp_path):
     import time
 

@@ -46,6 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"run these steps only ({', '.join(names[1:])}); {names[0]} always runs first",
     )
     args = parser.parse_args(argv)
+    if args.only == []:
+        parser.error(f"--only: names no step (steps: {', '.join(names[1:])})")
     unknown = [name for name in args.only or [] if name not in names]
     if unknown:
         parser.error(f"--only: no step named {', '.join(map(repr, unknown))} (steps: {', '.join(names)})")
