@@ -1,6 +1,6 @@
 """torch.compile from the Accelerator on 2 real CPU processes (gloo): DDP with accumulation and
-clipping, bf16 with regional compilation, FSDP2; each compiled run gives eager's losses and
-weights, and gathers of compiled outputs work. One launch runs every case (compiling is slow on
+clipping, bf16 with regional compilation, FSDP2, each with dropout; each compiled run gives eager's
+losses and weights, and gathers of compiled outputs work. One launch runs every case (compiling is slow on
 2 cores: inductor builds C++ kernels; its on-disk cache is shared by the ranks)."""
 
 from __future__ import annotations
@@ -35,9 +35,12 @@ class Block(torch.nn.Module):
             torch.nn.Linear(16, 32),
             torch.nn.Linear(32, 16),
         )
+        # On the CPU inductor draws dropout's masks from torch's generator, as eager does: the same seed
+        # gives the compiled run eager's masks, and its losses.
+        self.drop = torch.nn.Dropout(0.1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+        return x + self.drop(self.down(torch.nn.functional.gelu(self.up(self.norm(x)))))
 
 
 class Stack(torch.nn.Module):

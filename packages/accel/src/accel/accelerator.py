@@ -45,7 +45,7 @@ from accel_state import (
     joins_uneven_inputs,
 )
 from accel_state.collectives import operations as _collectives
-from accel_state.compilation.apply import is_compiled
+from accel_state.compilation.apply import compile_kwargs, is_compiled
 from accel_state.compilation.plugin import DynamoBackend, TorchDynamoPlugin
 from accel_state.environment.memory import release_memory
 from accel_state.parallelism.config import ParallelismConfig
@@ -489,7 +489,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         if not keep_fp32_wrapper:
             self.precision.unwrap_forward(model)
         if keep_torch_compile and compiled and not is_compiled(model):
-            return cast(torch.nn.Module, torch.compile(model, **self.dynamo_plugin.to_kwargs()))
+            return cast(torch.nn.Module, torch.compile(model, **compile_kwargs(self.dynamo_plugin, model)))
         return model
 
     def get_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:

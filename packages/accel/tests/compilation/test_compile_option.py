@@ -10,7 +10,9 @@ import torch
 
 from accel import Accelerator
 from accel.utils import DynamoBackend, TorchDynamoPlugin, compile_regions
+from accel_state import AcceleratorState
 from accel_state.compilation.apply import is_compiled
+from accel_state.compilation.eager_random import OPTION, with_eager_random
 from accel_state.compilation.plugin import CompileConfigError
 from accel_state.environment import env_vars
 
@@ -183,3 +185,52 @@ def test_bf16_autocast_still_applies_inside_compiled_regions():
     regional, _ = _train(Accelerator(cpu=True, mixed_precision="bf16", dynamo_plugin=plugin), steps=2)
     assert abs(bf16[-1] - fp32[-1]) > 1e-3, "bf16 must change the numbers for the test to see it"
     assert regional == pytest.approx(bf16, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "device", "expected"),
+    [
+        (
+            {"backend": "inductor", "mode": "default"},
+            "cpu",
+            {"backend": "inductor", "options": {OPTION: True}},
+        ),
+        ({"backend": "inductor", "mode": "default"}, "cuda", {"backend": "inductor", "mode": "default"}),
+        ({"backend": "aot_eager", "mode": "default"}, "cpu", {"backend": "aot_eager", "mode": "default"}),
+        (
+            {"backend": "inductor", "options": {OPTION: False}},
+            "cpu",
+            {"backend": "inductor", "options": {OPTION: False}},
+        ),
+        (
+            {"backend": "inductor", "options": {"epilogue_fusion": False}},
+            "cpu",
+            {"backend": "inductor", "options": {"epilogue_fusion": False, OPTION: True}},
+        ),
+        ({"backend": "inductor", "mode": "default"}, None, {"backend": "inductor", "mode": "default"}),
+    ],
+)
+def test_inductor_on_the_cpu_draws_random_numbers_as_eager_unless_told_otherwise(kwargs, device, expected):
+    assert with_eager_random(kwargs, device) == expected
+
+
+def test_a_mode_becomes_its_options_when_random_draws_are_added():
+    kwargs = with_eager_random({"backend": "inductor", "mode": "max-autotune", "dynamic": None}, "cpu")
+    assert "mode" not in kwargs, "torch.compile takes options or a mode, not both"
+    assert kwargs["options"]["max_autotune"] is True and kwargs["options"][OPTION] is True
+
+
+def test_a_compiled_cpu_model_with_dropout_draws_eagers_masks():
+    # Inductor's own draws would give other masks for the same seed (and are slower on the CPU).
+    def losses(backend: str) -> list[float]:
+        AcceleratorState._reset_state()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.5), torch.nn.Linear(32, 1))
+        accelerator = Accelerator(cpu=True, dynamo_backend=backend)
+        model = accelerator.prepare(model)
+        x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+        return [float(model(x).square().mean()) for _ in range(3)]
+
+    eager = losses("no")
+    assert len(set(eager)) == 3, "dropout must draw new masks each call for the test to see them"
+    assert losses("inductor") == pytest.approx(eager, rel=1e-6)

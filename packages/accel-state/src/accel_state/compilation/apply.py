@@ -8,9 +8,12 @@ checkpoint loads into an eager one and back.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from accel_state.compilation.cache import use_compile_cache
+from accel_state.compilation.eager_random import device_type_of, with_eager_random
 from accel_state.compilation.in_place import compile_in_place
 from accel_state.compilation.plugin import TorchDynamoPlugin
 from accel_state.compilation.regions import compile_regions
@@ -21,10 +24,15 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
     if not plugin.enabled:
         return model
     use_compile_cache()
-    kwargs = plugin.to_kwargs()
+    kwargs = compile_kwargs(plugin, model)
     if plugin.use_regional_compilation:
         return compile_regions(model, plugin.regional_block_classes, **kwargs)
     return compile_in_place(model, **kwargs)
+
+
+def compile_kwargs(plugin: TorchDynamoPlugin, model: torch.nn.Module) -> dict[str, Any]:
+    """Return torch.compile's keyword arguments for `model` (on the CPU, random draws as eager's)."""
+    return with_eager_random(plugin.to_kwargs(), device_type_of(model))
 
 
 def is_compiled(model: torch.nn.Module) -> bool:
