@@ -1,7 +1,7 @@
 """torch.compile from the Accelerator on 2 real CPU processes (gloo): DDP with accumulation and
 clipping, bf16 with regional compilation, FSDP2, each with dropout; each compiled run gives eager's
-losses and weights, and gathers of compiled outputs work. One launch runs every case (compiling is slow on
-2 cores: inductor builds C++ kernels; its on-disk cache is shared by the ranks)."""
+losses and weights, and gathers of compiled outputs work. One launch runs every case (compiling is
+slow on 2 cores: inductor builds C++ kernels; its on-disk cache is shared by the ranks)."""
 
 from __future__ import annotations
 

@@ -176,8 +176,6 @@ def test_a_compiled_models_checkpoint_loads_into_an_eager_one_and_back(tmp_path)
 
 def test_bf16_autocast_still_applies_inside_compiled_regions():
     # Accelerate's regional compilation dropped the autocast of mixed precision (its issue #4188).
-    from accel_state import AcceleratorState
-
     fp32, _ = _train(Accelerator(cpu=True), steps=2)
     AcceleratorState._reset_state()
     bf16, _ = _train(Accelerator(cpu=True, mixed_precision="bf16"), steps=2)
