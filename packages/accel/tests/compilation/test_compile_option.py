@@ -12,7 +12,7 @@ from accel import Accelerator
 from accel.utils import DynamoBackend, TorchDynamoPlugin, compile_regions
 from accel_state import AcceleratorState
 from accel_state.compilation.apply import is_compiled
-from accel_state.compilation.eager_random import OPTION, with_eager_random
+from accel_state.compilation.cpu_inductor import MASKS_OPTION, RANDOM_OPTION, with_cpu_options
 from accel_state.compilation.plugin import CompileConfigError
 from accel_state.environment import env_vars
 
@@ -185,37 +185,57 @@ def test_bf16_autocast_still_applies_inside_compiled_regions():
     assert regional == pytest.approx(bf16, rel=1e-6)
 
 
+MASKS = "RecomputeMasks"
+
+
+def _named(kwargs: dict) -> dict:
+    """`kwargs` with the mask pass (a fresh object each call) named by its class."""
+    options = {
+        name: type(value).__name__ if name == MASKS_OPTION and value is not None else value
+        for name, value in kwargs.get("options", {}).items()
+    }
+    return {**kwargs, "options": options} if "options" in kwargs else kwargs
+
+
 @pytest.mark.parametrize(
     ("kwargs", "device", "expected"),
     [
         (
             {"backend": "inductor", "mode": "default"},
             "cpu",
-            {"backend": "inductor", "options": {OPTION: True}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: True, MASKS_OPTION: MASKS}},
         ),
         ({"backend": "inductor", "mode": "default"}, "cuda", {"backend": "inductor", "mode": "default"}),
         ({"backend": "aot_eager", "mode": "default"}, "cpu", {"backend": "aot_eager", "mode": "default"}),
         (
-            {"backend": "inductor", "options": {OPTION: False}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: False}},
             "cpu",
-            {"backend": "inductor", "options": {OPTION: False}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: False, MASKS_OPTION: MASKS}},
+        ),
+        (
+            {"backend": "inductor", "options": {RANDOM_OPTION: False, MASKS_OPTION: None}},
+            "cpu",
+            {"backend": "inductor", "options": {RANDOM_OPTION: False, MASKS_OPTION: None}},
         ),
         (
             {"backend": "inductor", "options": {"epilogue_fusion": False}},
             "cpu",
-            {"backend": "inductor", "options": {"epilogue_fusion": False, OPTION: True}},
+            {
+                "backend": "inductor",
+                "options": {"epilogue_fusion": False, RANDOM_OPTION: True, MASKS_OPTION: MASKS},
+            },
         ),
         ({"backend": "inductor", "mode": "default"}, None, {"backend": "inductor", "mode": "default"}),
     ],
 )
-def test_inductor_on_the_cpu_draws_random_numbers_as_eager_unless_told_otherwise(kwargs, device, expected):
-    assert with_eager_random(kwargs, device) == expected
+def test_inductor_on_the_cpu_gets_accels_cpu_options_unless_told_otherwise(kwargs, device, expected):
+    assert _named(with_cpu_options(kwargs, device)) == expected
 
 
-def test_a_mode_becomes_its_options_when_random_draws_are_added():
-    kwargs = with_eager_random({"backend": "inductor", "mode": "max-autotune", "dynamic": None}, "cpu")
+def test_a_mode_becomes_its_options_when_cpu_options_are_added():
+    kwargs = with_cpu_options({"backend": "inductor", "mode": "max-autotune", "dynamic": None}, "cpu")
     assert "mode" not in kwargs, "torch.compile takes options or a mode, not both"
-    assert kwargs["options"]["max_autotune"] is True and kwargs["options"][OPTION] is True
+    assert kwargs["options"]["max_autotune"] is True and kwargs["options"][RANDOM_OPTION] is True
 
 
 def test_a_compiled_cpu_model_with_dropout_draws_eagers_masks():

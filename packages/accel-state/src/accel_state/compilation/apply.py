@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from accel_state.compilation.cache import use_compile_cache
-from accel_state.compilation.eager_random import device_type_of, with_eager_random
+from accel_state.compilation.cpu_inductor import device_type_of, with_cpu_options
 from accel_state.compilation.in_place import compile_in_place
 from accel_state.compilation.plugin import TorchDynamoPlugin
 from accel_state.compilation.regions import compile_regions
@@ -31,8 +31,8 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
 
 
 def compile_kwargs(plugin: TorchDynamoPlugin, model: torch.nn.Module) -> dict[str, Any]:
-    """Return torch.compile's keyword arguments for `model` (on the CPU, random draws as eager's)."""
-    return with_eager_random(plugin.to_kwargs(), device_type_of(model))
+    """Return torch.compile's keyword arguments for `model` (on the CPU, with accel's CPU options)."""
+    return with_cpu_options(plugin.to_kwargs(), device_type_of(model))
 
 
 def is_compiled(model: torch.nn.Module) -> bool:
