@@ -12,7 +12,7 @@ from accel import Accelerator
 from accel.utils import DynamoBackend, TorchDynamoPlugin, compile_regions
 from accel_state import AcceleratorState
 from accel_state.compilation.apply import is_compiled
-from accel_state.compilation.cpu_inductor import MASKS_OPTION, RANDOM_OPTION, with_cpu_options
+from accel_state.compilation.cpu_inductor import JOINT_PASS_OPTION, RANDOM_OPTION, with_cpu_options
 from accel_state.compilation.plugin import CompileConfigError
 from accel_state.environment import env_vars
 
@@ -185,13 +185,13 @@ def test_bf16_autocast_still_applies_inside_compiled_regions():
     assert regional == pytest.approx(bf16, rel=1e-6)
 
 
-MASKS = "RecomputeMasks"
+JOINT_PASS = "CpuJointGraphPass"
 
 
 def _named(kwargs: dict) -> dict:
     """`kwargs` with the mask pass (a fresh object each call) named by its class."""
     options = {
-        name: type(value).__name__ if name == MASKS_OPTION and value is not None else value
+        name: type(value).__name__ if name == JOINT_PASS_OPTION and value is not None else value
         for name, value in kwargs.get("options", {}).items()
     }
     return {**kwargs, "options": options} if "options" in kwargs else kwargs
@@ -203,26 +203,26 @@ def _named(kwargs: dict) -> dict:
         (
             {"backend": "inductor", "mode": "default"},
             "cpu",
-            {"backend": "inductor", "options": {RANDOM_OPTION: True, MASKS_OPTION: MASKS}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: True, JOINT_PASS_OPTION: JOINT_PASS}},
         ),
         ({"backend": "inductor", "mode": "default"}, "cuda", {"backend": "inductor", "mode": "default"}),
         ({"backend": "aot_eager", "mode": "default"}, "cpu", {"backend": "aot_eager", "mode": "default"}),
         (
             {"backend": "inductor", "options": {RANDOM_OPTION: False}},
             "cpu",
-            {"backend": "inductor", "options": {RANDOM_OPTION: False, MASKS_OPTION: MASKS}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: False, JOINT_PASS_OPTION: JOINT_PASS}},
         ),
         (
-            {"backend": "inductor", "options": {RANDOM_OPTION: False, MASKS_OPTION: None}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: False, JOINT_PASS_OPTION: None}},
             "cpu",
-            {"backend": "inductor", "options": {RANDOM_OPTION: False, MASKS_OPTION: None}},
+            {"backend": "inductor", "options": {RANDOM_OPTION: False, JOINT_PASS_OPTION: None}},
         ),
         (
             {"backend": "inductor", "options": {"epilogue_fusion": False}},
             "cpu",
             {
                 "backend": "inductor",
-                "options": {"epilogue_fusion": False, RANDOM_OPTION: True, MASKS_OPTION: MASKS},
+                "options": {"epilogue_fusion": False, RANDOM_OPTION: True, JOINT_PASS_OPTION: JOINT_PASS},
             },
         ),
         ({"backend": "inductor", "mode": "default"}, None, {"backend": "inductor", "mode": "default"}),

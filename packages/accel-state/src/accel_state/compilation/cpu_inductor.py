@@ -8,8 +8,9 @@
   eager's, so the same seed would give a compiled run other dropout masks than an eager one. With
   it, a compiled run gets eager's masks for the same seed, and a run that resumes with compile
   switched off (or on) draws what it would have drawn.
-- `joint_custom_post_pass`: `saved_masks.RecomputeMasks`, so the forward saves the float a mask
-  comes from (as eager does) instead of storing a bool mask, a slow store on the CPU.
+- `joint_custom_post_pass`: `joint_pass.CpuJointGraphPass`, which keeps what eager keeps for the
+  backward: dropout's float noise instead of torch's bool mask (`dropout_noise`), and the float a
+  mask comes from instead of the bool mask (`saved_masks`), whose store is slow on the CPU.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 
 RANDOM_OPTION = "fallback_random"
-MASKS_OPTION = "joint_custom_post_pass"
+JOINT_PASS_OPTION = "joint_custom_post_pass"
 
 
 def device_type_of(model: torch.nn.Module) -> str | None:
@@ -57,6 +58,6 @@ def with_cpu_options(compile_kwargs: dict[str, Any], device_type: str | None) ->
 
 def _cpu_defaults() -> dict[str, Any]:
     # Imported here: the pass's module imports inductor, which only a compile needs.
-    from accel_state.compilation.saved_masks import RecomputeMasks
+    from accel_state.compilation.joint_pass import CpuJointGraphPass
 
-    return {RANDOM_OPTION: True, MASKS_OPTION: RecomputeMasks()}
+    return {RANDOM_OPTION: True, JOINT_PASS_OPTION: CpuJointGraphPass()}
