@@ -11,7 +11,7 @@ import torch
 from accel import Accelerator
 from accel.utils import DynamoBackend, TorchDynamoPlugin, compile_regions
 from accel_state import AcceleratorState
-from accel_state.compilation.apply import is_compiled
+from accel_state.compilation.apply import compile_kwargs, is_compiled
 from accel_state.compilation.cpu_inductor import JOINT_PASS_OPTION, RANDOM_OPTION, with_cpu_options
 from accel_state.compilation.plugin import CompileConfigError
 from accel_state.environment import env_vars
@@ -92,6 +92,57 @@ def test_no_backend_compiles_nothing():
 def test_an_unknown_backend_or_mode_is_one_line_naming_it(make, message):
     with pytest.raises(CompileConfigError, match=message):
         make()
+
+
+@pytest.mark.parametrize(
+    "options, mode, backend, message",
+    [
+        (
+            {"epilogue_fusoin": False},
+            None,
+            "inductor",
+            r"options has 'epilogue_fusoin', which is no inductor",
+        ),
+        (
+            {"max_autotune": "yes"},
+            None,
+            "inductor",
+            r"options\['max_autotune'\] is a str; inductor's max_autotune",
+        ),
+        (
+            {JOINT_PASS_OPTION: "mine"},
+            None,
+            "inductor",
+            r"options\['joint_custom_post_pass'\] is a str: inductor calls",
+        ),
+        ({JOINT_PASS_OPTION: [print, 3]}, None, "inductor", r"is a list: inductor calls it on each graph"),
+        (
+            {"x": 1},
+            "max-autotune",
+            "aot_eager",
+            r"sets mode 'max-autotune' and options; .* backend 'aot_eager'",
+        ),
+    ],
+)
+def test_an_option_the_backend_cannot_take_is_one_line_naming_it_when_the_plugin_is_made(
+    options, mode, backend, message
+):
+    # torch.compile would list every inductor option, or fail inside a trace at the first forward.
+    with pytest.raises(CompileConfigError, match=message):
+        TorchDynamoPlugin(backend=backend, mode=mode, options=options)
+    plugin = TorchDynamoPlugin(backend="aot_eager")
+    plugin.backend, plugin.mode, plugin.options = DynamoBackend(backend.upper()), mode, options
+    with pytest.raises(CompileConfigError, match=message):  # a field set after: refused at prepare
+        Accelerator(cpu=True, dynamo_plugin=plugin).prepare(Stack())
+
+
+def test_a_mode_beside_inductors_options_adds_its_options_under_them():
+    plugin = TorchDynamoPlugin(backend="inductor", mode="max-autotune", options={"epilogue_fusion": False})
+    kwargs = compile_kwargs(plugin, torch.nn.Linear(2, 2))
+    assert "mode" not in kwargs
+    assert kwargs["options"]["max_autotune"] is True, "the mode's option"
+    assert kwargs["options"]["epilogue_fusion"] is False, "the given option"
+    assert TorchDynamoPlugin(backend="inductor", options={JOINT_PASS_OPTION: [print]}).options
 
 
 def test_an_unknown_variable_value_names_the_variable(monkeypatch):

@@ -15,6 +15,7 @@ import torch
 from accel_state.compilation.cache import use_compile_cache
 from accel_state.compilation.cpu_inductor import device_type_of, with_cpu_options
 from accel_state.compilation.in_place import compile_in_place
+from accel_state.compilation.inductor_options import check_options, with_mode_options
 from accel_state.compilation.plugin import TorchDynamoPlugin
 from accel_state.compilation.regions import compile_regions
 
@@ -31,8 +32,17 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
 
 
 def compile_kwargs(plugin: TorchDynamoPlugin, model: torch.nn.Module) -> dict[str, Any]:
-    """Return torch.compile's keyword arguments for `model` (on the CPU, with accel's CPU options)."""
-    return with_cpu_options(plugin.to_kwargs(), device_type_of(model))
+    """Return torch.compile's keyword arguments for `model` (on the CPU, with accel's CPU options).
+
+    A mode given beside inductor's options adds its own options under them; another backend takes a
+    mode or options, not both (`inductor_options`).
+    """
+    kwargs = plugin.to_kwargs()
+    if plugin.options:  # checked when the plugin was made; again for fields set since
+        check_options(kwargs["backend"], plugin.mode, plugin.options)
+        if kwargs["backend"] == "inductor":
+            kwargs["options"] = with_mode_options(plugin.options, plugin.mode, plugin.dynamic)
+    return with_cpu_options(kwargs, device_type_of(model))
 
 
 def is_compiled(model: torch.nn.Module) -> bool:

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from accel_state.compilation.errors import CompileConfigError
+from accel_state.compilation.inductor_options import check_options
 from accel_state.environment import env_vars
 
 
@@ -36,10 +38,6 @@ class DynamoBackend(str, enum.Enum):
 
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-class CompileConfigError(ValueError):
-    """A torch.compile option accel cannot use (an unknown backend or mode)."""
 
 
 def dynamo_backend_named(value: DynamoBackend | str, where: str = "dynamo_backend") -> DynamoBackend:
@@ -93,6 +91,8 @@ class TorchDynamoPlugin:
             self.use_regional_compilation = env_vars.read_flag(
                 env_vars.DYNAMO_USE_REGIONAL_COMPILATION, False
             )
+        if self.options and self.enabled:
+            check_options(self.backend.value.lower(), self.mode, self.options)
 
     @property
     def enabled(self) -> bool:

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from accel_state.compilation.errors import CompileConfigError
 from accel_state.compilation.in_place import compile_in_place
-from accel_state.compilation.plugin import CompileConfigError
 
 
 def _names(kind: type) -> set[str]:
