@@ -4,6 +4,7 @@ unknown mode is one line naming it."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from accel_launch.commands.cli import accel
@@ -67,6 +68,34 @@ def test_a_misspelt_key_and_an_unknown_mode_are_one_line_each(script, tmp_path):
     )
     result = CliRunner().invoke(accel, ["launch", "--cpu", "--dynamo_mode", "fast", script])
     assert result.exit_code == 2 and "'fast' is not one of" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, environ, section, where",
+    [
+        (["--dynamo_backend", "inductr"], {}, None, "--dynamo_backend is 'inductr'"),
+        ([], {"ACCEL_DYNAMO_BACKEND": "Turbo"}, None, "environment variable ACCEL_DYNAMO_BACKEND is 'Turbo'"),
+        (
+            [],
+            {},
+            "dynamo_config:\n  dynamo_backend: INDUCTR\n",
+            "key 'dynamo_config.dynamo_backend' is 'INDUCTR'",
+        ),
+    ],
+)
+def test_an_unknown_backend_is_refused_before_any_process_starts(
+    launched, script, tmp_path, monkeypatch, args, environ, section, where
+):
+    # The workers would each fail on it, after the world started.
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    if section is not None:
+        (tmp_path / "config.yaml").write_text(section)
+        args = [*args, "--config_file", str(tmp_path / "config.yaml")]
+    result = CliRunner().invoke(accel, ["launch", "--cpu", "--num_processes", "1", *args, script])
+    assert result.exit_code == 2, result.output
+    assert where in result.output and "which is no torch.compile backend accel knows" in result.output
+    assert launched == []
 
 
 def test_accel_config_asks_for_torch_compile_and_accel_env_shows_its_cache(tmp_path, monkeypatch):

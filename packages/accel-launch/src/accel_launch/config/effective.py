@@ -15,6 +15,7 @@ from typing import Any
 
 from accel_launch.config.parallelism import check_parallelism
 from accel_launch.config.schema import (
+    DYNAMO_SECTION,
     HOOK_OF,
     HOOKS,
     IMPLIED_BY_SECTION,
@@ -26,6 +27,8 @@ from accel_launch.config.schema import (
 )
 from accel_launch.config.slurm_allocation import SOURCE as ALLOCATION
 from accel_launch.config.slurm_allocation import allocation_settings
+from accel_state.compilation.errors import CompileConfigError
+from accel_state.compilation.plugin import dynamo_backend_named
 from accel_state.environment.choices import MIXED_PRECISION_CHOICES
 from accel_state.seam.launch_hook import LaunchHook, LaunchHookError, launchable_types
 
@@ -206,6 +209,21 @@ def infer_distributed_type(config: EffectiveConfig, cuda_available: bool) -> str
     return "MULTI_GPU" if cuda_available and not config["use_cpu"] else "MULTI_CPU"
 
 
+def _check_dynamo_backend(config: EffectiveConfig) -> None:
+    value, where = config.values["dynamo_backend"], config.where("dynamo_backend")
+    section = config.values.get(DYNAMO_SECTION)
+    if (
+        config.sources["dynamo_backend"] == FILE
+        and isinstance(section, dict)
+        and section.get("dynamo_backend") == value
+    ):
+        where = f"{config.path}: key '{DYNAMO_SECTION}.dynamo_backend'"
+    try:
+        dynamo_backend_named(value, where)
+    except CompileConfigError as error:
+        raise ConfigError(str(error)) from None
+
+
 def check_combinations(config: EffectiveConfig) -> None:
     """Raise ConfigError for values that cannot go together, naming where the culprit was set."""
     values = config.values
@@ -224,6 +242,8 @@ def check_combinations(config: EffectiveConfig) -> None:
         raise ConfigError(
             f"{config.where('main_process_port')} must be in [1, 65535], got {values['main_process_port']}"
         )
+    if config.given("dynamo_backend") is not None:  # refused here, before any process starts
+        _check_dynamo_backend(config)
     distributed_type = config.given("distributed_type")
     if distributed_type is not None and values["use_cpu"] and distributed_type not in CPU_TYPES:
         raise ConfigError(
