@@ -66,8 +66,10 @@ def test_dry_run_compares_the_losses_of_accel_and_the_loop_by_hand_in_each_preci
     ]  # fmt: skip
     assert all(row["graphs"] >= 1 for row in compiled["rows"][1:]) and compiled["rows"][0]["graphs"] == 0
     assert set(compiled["numbers"]["ratios"]["accel"]) == {
-        "full_over_regional", "full_over_raw_eager", "regional_over_raw_eager"
+        "full_over_regional", "full_over_raw_eager", "regional_over_raw_eager", "full_over_eager_twin",
+        "regional_over_eager_twin",
     }  # fmt: skip
+    assert all(row["steps/s / eager twin"] > 0 for row in compiled["rows"])
 
 
 def test_the_compile_step_leaves_out_what_its_budget_cannot_hold_without_starting_it(tmp_path):

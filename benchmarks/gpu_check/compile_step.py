@@ -127,8 +127,9 @@ def checked(
 def report(
     run: Run, result: StepResult, answers: dict[tuple[str, str, bool], dict[str, Any]], left_out: list[str]
 ) -> None:
-    """Fill the step's rows, numbers and summary: times to the first step, steps/s against raw eager,
-    and each contender's full/regional ratio and compiled/eager speeds."""
+    """Fill the step's rows, numbers and summary: times to the first step, steps/s against raw eager
+    and against the job's own eager twin, and each contender's full/regional ratio and compiled/eager
+    speeds."""
     eager = answers.get(("raw", "eager", False), {}).get("steps_per_s")
     for (contender, variant, warm), found in answers.items():
         result.rows.append(
@@ -138,6 +139,7 @@ def report(
                 "first step s": found["first_step_s"],
                 "steps/s": found["steps_per_s"],
                 "steps/s / raw eager": found["steps_per_s"] / eager if eager else None,
+                "steps/s / eager twin": found["steps_per_s"] / found["eager_steps_per_s"],
                 "graphs": found["graphs"],
             }
         )
@@ -150,6 +152,8 @@ def report(
         for variant, compiled in (("full", full), ("regional", regional)):
             if compiled and eager:
                 own[f"{variant}_over_raw_eager"] = compiled["steps_per_s"] / eager
+            if compiled:  # paired in the job: steps alternating with an eager twin by hand
+                own[f"{variant}_over_eager_twin"] = compiled["steps_per_s"] / compiled["eager_steps_per_s"]
         if own:
             ratios[contender] = own
     result.numbers.update(model=MODEL_NAME, ratios=ratios, left_out=left_out,
