@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from accel_launch.commands.cli import accel
+from accel_state.environment import env_vars
 
 
 def _launch(args, launched):
@@ -27,10 +28,10 @@ def test_accelerates_switches_reach_the_workers(launched, script):
         launched,
     )  # fmt: skip
     assert _dynamo(env) == {
-        "ACCEL_DYNAMO_BACKEND": "inductor",
-        "ACCEL_DYNAMO_MODE": "max-autotune",
-        "ACCEL_DYNAMO_USE_FULLGRAPH": "1",
-        "ACCEL_DYNAMO_USE_REGIONAL_COMPILATION": "1",
+        env_vars.DYNAMO_BACKEND: "inductor",
+        env_vars.DYNAMO_MODE: "max-autotune",
+        env_vars.DYNAMO_USE_FULLGRAPH: "1",
+        env_vars.DYNAMO_USE_REGIONAL_COMPILATION: "1",
     }
 
 
@@ -46,10 +47,10 @@ def test_the_files_section_is_read_and_a_flag_beats_it(launched, script, tmp_pat
         launched,
     )  # fmt: skip
     assert _dynamo(env) == {
-        "ACCEL_DYNAMO_BACKEND": "INDUCTOR",
-        "ACCEL_DYNAMO_MODE": "default",
-        "ACCEL_DYNAMO_USE_DYNAMIC": "1",
-        "ACCEL_DYNAMO_USE_REGIONAL_COMPILATION": "0",
+        env_vars.DYNAMO_BACKEND: "INDUCTOR",
+        env_vars.DYNAMO_MODE: "default",
+        env_vars.DYNAMO_USE_DYNAMIC: "1",
+        env_vars.DYNAMO_USE_REGIONAL_COMPILATION: "0",
     }
 
 
@@ -74,7 +75,12 @@ def test_a_misspelt_key_and_an_unknown_mode_are_one_line_each(script, tmp_path):
     "args, environ, section, where",
     [
         (["--dynamo_backend", "inductr"], {}, None, "--dynamo_backend is 'inductr'"),
-        ([], {"ACCEL_DYNAMO_BACKEND": "Turbo"}, None, "environment variable ACCEL_DYNAMO_BACKEND is 'Turbo'"),
+        (
+            [],
+            {env_vars.DYNAMO_BACKEND: "Turbo"},
+            None,
+            f"environment variable {env_vars.DYNAMO_BACKEND} is 'Turbo'",
+        ),
         (
             [],
             {},

@@ -256,6 +256,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
         """Return the objects ready for this set-up, in the order given (one object: not a tuple)."""
         self.state.distributed_type  # noqa: B018 - raises StateResetError after _reset_state()
+        self.dynamo_plugin.check()  # a field set since it was made: one line before anything is wrapped
         if device_placement is None:
             device_placement = [self.device_placement] * len(args)
         if len(device_placement) != len(args):

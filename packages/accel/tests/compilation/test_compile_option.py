@@ -132,8 +132,26 @@ def test_an_option_the_backend_cannot_take_is_one_line_naming_it_when_the_plugin
         TorchDynamoPlugin(backend=backend, mode=mode, options=options)
     plugin = TorchDynamoPlugin(backend="aot_eager")
     plugin.backend, plugin.mode, plugin.options = DynamoBackend(backend.upper()), mode, options
+    accelerator, model = Accelerator(cpu=True, dynamo_plugin=plugin), Stack()
     with pytest.raises(CompileConfigError, match=message):  # a field set after: refused at prepare
-        Accelerator(cpu=True, dynamo_plugin=plugin).prepare(Stack())
+        accelerator.prepare(model)
+    assert accelerator._models == [] and not is_compiled(model), "refused before anything was prepared"
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("backend", "inductr", r"TorchDynamoPlugin.backend is 'inductr', which is no torch.compile backend"),
+        ("mode", "fastest", r"TorchDynamoPlugin.mode is 'fastest'; torch.compile's modes are"),
+    ],
+)
+def test_a_backend_or_mode_set_after_the_plugin_was_made_is_refused_at_prepare(field, value, message):
+    plugin = TorchDynamoPlugin(backend="aot_eager")
+    setattr(plugin, field, value)
+    accelerator, model = Accelerator(cpu=True, dynamo_plugin=plugin), Stack()
+    with pytest.raises(CompileConfigError, match=message):
+        accelerator.prepare(model)
+    assert accelerator._models == [] and not is_compiled(model)
 
 
 def test_a_mode_beside_inductors_options_adds_its_options_under_them():

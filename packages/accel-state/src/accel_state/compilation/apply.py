@@ -15,7 +15,7 @@ import torch
 from accel_state.compilation.cache import use_compile_cache
 from accel_state.compilation.cpu_inductor import device_type_of, with_cpu_options
 from accel_state.compilation.in_place import compile_in_place
-from accel_state.compilation.inductor_options import check_options, with_mode_options
+from accel_state.compilation.inductor_options import with_mode_options
 from accel_state.compilation.plugin import TorchDynamoPlugin
 from accel_state.compilation.regions import compile_regions
 
@@ -38,10 +38,8 @@ def compile_kwargs(plugin: TorchDynamoPlugin, model: torch.nn.Module) -> dict[st
     mode or options, not both (`inductor_options`).
     """
     kwargs = plugin.to_kwargs()
-    if plugin.options:  # checked when the plugin was made; again for fields set since
-        check_options(kwargs["backend"], plugin.mode, plugin.options)
-        if kwargs["backend"] == "inductor":
-            kwargs["options"] = with_mode_options(plugin.options, plugin.mode, plugin.dynamic)
+    if plugin.options and kwargs["backend"] == "inductor":  # checked by the plugin, at `prepare`
+        kwargs["options"] = with_mode_options(plugin.options, plugin.mode, plugin.dynamic)
     return with_cpu_options(kwargs, device_type_of(model))
 
 

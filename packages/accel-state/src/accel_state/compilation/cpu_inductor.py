@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from accel_state.compilation.inductor_options import with_mode_options
+
 RANDOM_OPTION = "fallback_random"
 JOINT_PASS_OPTION = "joint_custom_post_pass"
 
@@ -40,16 +42,13 @@ def with_cpu_options(compile_kwargs: dict[str, Any], device_type: str | None) ->
     """
     if device_type != "cpu" or compile_kwargs.get("backend") != "inductor":
         return compile_kwargs
-    options = dict(compile_kwargs.get("options") or {})
     defaults = _cpu_defaults()
-    if all(name in options for name in defaults):
+    if all(name in (compile_kwargs.get("options") or {}) for name in defaults):
         return compile_kwargs
     kwargs = dict(compile_kwargs)
-    mode = kwargs.pop("mode", None)
-    if not options and mode not in (None, "default"):
-        from torch._inductor import list_mode_options
-
-        options = dict(list_mode_options(mode, kwargs.get("dynamic")))
+    options = with_mode_options(
+        kwargs.pop("options", None) or {}, kwargs.pop("mode", None), kwargs.get("dynamic")
+    )
     for name, value in defaults.items():
         options.setdefault(name, value)
     kwargs["options"] = options

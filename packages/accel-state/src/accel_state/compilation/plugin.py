@@ -79,10 +79,7 @@ class TorchDynamoPlugin:
             where = f"environment variable {env_vars.DYNAMO_MODE}"
         else:
             where = "TorchDynamoPlugin.mode"
-        if self.mode not in MODES:
-            raise CompileConfigError(
-                f"{where} is {self.mode!r}; torch.compile's modes are {', '.join(MODES)}"
-            )
+        _check_mode(self.mode, where)
         if self.fullgraph is None:
             self.fullgraph = env_vars.read_flag(env_vars.DYNAMO_USE_FULLGRAPH, False)
         if self.dynamic is None and env_vars.read_str(env_vars.DYNAMO_USE_DYNAMIC) is not None:
@@ -91,6 +88,17 @@ class TorchDynamoPlugin:
             self.use_regional_compilation = env_vars.read_flag(
                 env_vars.DYNAMO_USE_REGIONAL_COMPILATION, False
             )
+        if self.options and self.enabled:
+            check_options(self.backend.value.lower(), self.mode, self.options)
+
+    def check(self) -> None:
+        """Raise CompileConfigError naming a field set since the plugin was made that cannot compile.
+
+        `prepare` calls it before any model is wrapped, so that a bad field is one line before the
+        weights are broadcast, not a failure inside the first compile.
+        """
+        self.backend = dynamo_backend_named(self.backend or "no", "TorchDynamoPlugin.backend")
+        _check_mode(self.mode, "TorchDynamoPlugin.mode")
         if self.options and self.enabled:
             check_options(self.backend.value.lower(), self.mode, self.options)
 
@@ -126,3 +134,8 @@ class TorchDynamoPlugin:
             "disable": self.disable,
             "use_regional_compilation": self.use_regional_compilation,
         }
+
+
+def _check_mode(mode: str | None, where: str) -> None:
+    if mode is not None and mode not in MODES:  # None: torch.compile's default
+        raise CompileConfigError(f"{where} is {mode!r}; torch.compile's modes are {', '.join(MODES)}")
