@@ -18,6 +18,7 @@ from accel_state.compilation.in_place import compile_in_place
 from accel_state.compilation.inductor_options import with_mode_options
 from accel_state.compilation.plugin import TorchDynamoPlugin
 from accel_state.compilation.regions import compile_regions
+from accel_state.compilation.vector_isa import check_vector_isa_ahead
 
 
 def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn.Module:
@@ -26,6 +27,8 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> torch.nn
         return model
     use_compile_cache()
     kwargs = compile_kwargs(plugin, model)
+    if kwargs["backend"] == "inductor" and device_type_of(model) == "cpu":
+        check_vector_isa_ahead(kwargs.get("options"))  # overlaps dynamo's trace at the first forward
     if plugin.use_regional_compilation:
         return compile_regions(model, plugin.regional_block_classes, **kwargs)
     return compile_in_place(model, **kwargs)
