@@ -88,8 +88,7 @@ class TorchDynamoPlugin:
             self.use_regional_compilation = env_vars.read_flag(
                 env_vars.DYNAMO_USE_REGIONAL_COMPILATION, False
             )
-        if self.options and self.enabled:
-            check_options(self.backend.value.lower(), self.mode, self.options)
+        self._check_options()
 
     def check(self) -> None:
         """Raise CompileConfigError naming a field set since the plugin was made that cannot compile.
@@ -99,6 +98,11 @@ class TorchDynamoPlugin:
         """
         self.backend = dynamo_backend_named(self.backend or "no", "TorchDynamoPlugin.backend")
         _check_mode(self.mode, "TorchDynamoPlugin.mode")
+        self._check_options()
+
+    def _check_options(self) -> None:
+        # Inductor's options are checked only when they will be used: a disabled plugin keeps its options.
+        assert isinstance(self.backend, DynamoBackend)
         if self.options and self.enabled:
             check_options(self.backend.value.lower(), self.mode, self.options)
 
