@@ -15,7 +15,9 @@ HOW_TO_RUN = """\
 Run them with `nox -s bench` (installs accel, `accelerate==1.15.0`, DeepSpeed and matplotlib), or
 `python -m benchmarks [--quick] [--rounds N] [--only NAME[,NAME]] [--output DIR]` in an environment
 that has them (`--update --only NAME` measures those figures again into a copy of the latest
-results, each figure dated, on the same machine and versions only); a figure that needs what the
+results, each figure dated, on the same machine and versions only; `--add-rounds --only NAME
+--rounds N` measures N more rounds and pools them with the latest results' rounds of the same rows,
+each round still paired); a figure that needs what the
 machine lacks (DeepSpeed, torch_xla, a CUDA device) is listed as skipped, with why. The XLA loop
 needs torch 2.9.0 beside torch_xla: it runs in its engine's venv,
 `nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the zero-overhead
@@ -120,6 +122,12 @@ def _updates(run: dict[str, Any]) -> list[str]:
             detail = f"{figure.get('rounds', '?')} rounds" + (
                 f", steal {steal:g}%" if isinstance(steal, int | float) else ""
             )
+            earlier = [
+                f"{before.get('rounds', '?')} of {before.get('date', '?')}"
+                for before in figure.get("pooled_with", [])
+            ]
+            if earlier:
+                detail += f", pooled with the rounds of the same rows measured before: {', '.join(earlier)}"
             later.setdefault(figure["date"], []).append(f"{name} ({detail})")
     return [f"- measured again {date}: {', '.join(names)}" for date, names in sorted(later.items())]
 

@@ -75,6 +75,94 @@ def run_record(
     }
 
 
+def check_comparable(previous: dict[str, Any], fresh: dict[str, Any], flag: str) -> None:
+    """Refuse (SystemExit, one line) to combine `fresh` with `previous` unless both were measured in
+    full on the same machine with the same versions."""
+    if previous["options"].get("quick"):
+        raise SystemExit(
+            f"benchmarks: {flag}: the latest results are a quick run (no measurement): run every figure"
+        )
+    for key in ("hostname", "cpu", "cores"):
+        if previous["machine"].get(key) != fresh["machine"].get(key):
+            there, here = previous["machine"].get(key), fresh["machine"].get(key)
+            raise SystemExit(
+                f"benchmarks: {flag}: the latest results were measured on another machine "
+                f"({key} {there!r}, here {here!r}): run every figure"
+            )
+    if previous["versions"] != fresh["versions"]:
+        changed = sorted(k for k in {**previous["versions"], **fresh["versions"]}
+                         if previous["versions"].get(k) != fresh["versions"].get(k))  # fmt: skip
+        raise SystemExit(
+            f"benchmarks: {flag}: the latest results were measured with other versions of "
+            f"{', '.join(changed)}: run every figure"
+        )
+
+
+def pooled(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """Return `previous` with the rounds `fresh` measured added to the same rows of the same figures.
+
+    Each round pairs its contenders (one job after the other, interleaved), so rounds of two runs on
+    the same machine and versions pool into one row whose per-round ratios are all still paired: more
+    rounds narrow the interval of the median without mixing unpaired numbers. A row measured
+    differently (another note, unit or target), one run lacks, or whose contenders have unequal
+    round counts is refused, naming it.
+    """
+    check_comparable(previous, fresh, "--add-rounds")
+    measured_again = set(fresh["figures"])
+    old_rows = {
+        record["figure"]: record
+        for record in previous["measurements"]
+        if record.get("module") in measured_again
+    }
+    new_rows = {record["figure"]: record for record in fresh["measurements"]}
+    if set(old_rows) != set(new_rows):
+        odd = sorted(set(old_rows) ^ set(new_rows))
+        raise SystemExit(
+            f"benchmarks: --add-rounds: row {odd[0]!r} is in one run only: measure it with --update"
+        )
+    pooled_rows = {name: _pooled_row(old_rows[name], new_rows[name]) for name in new_rows}
+    measurements = [pooled_rows.get(record["figure"], record) if record.get("module") in measured_again
+                    else record for record in previous["measurements"]]  # fmt: skip
+    figures = dict(previous["figures"])
+    for name, figure in fresh["figures"].items():
+        before = {"date": previous["date"], "rounds": previous["options"]["rounds"], **figures[name]}
+        earlier = [{key: before.get(key) for key in ("date", "rounds", "steal_pct")}]
+        figures[name] = {
+            **figure,
+            "date": fresh["date"],
+            "rounds": before["rounds"] + figure.get("rounds", fresh["options"]["rounds"]),
+            "seconds": round(before.get("seconds", 0.0) + figure["seconds"], 1),
+            "pooled_with": before.get("pooled_with", []) + earlier,
+        }
+    options = {
+        **previous["options"],
+        "updated": sorted(measured_again | set(previous["options"].get("updated", []))),
+    }
+    return {**previous, "options": options, "figures": figures, "measurements": measurements, "plots": []}
+
+
+def _pooled_row(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    name = old["figure"]
+    for key in ("unit", "note", "target", "higher_is_better", "x", "skipped"):
+        if old.get(key) != new.get(key):
+            raise SystemExit(
+                f"benchmarks: --add-rounds: row {name!r} was measured with another {key} "
+                f"({old.get(key)!r}, now {new.get(key)!r}): measure it with --update"
+            )
+    for record in (old, new):
+        counts = {len(values) for values in record["samples"].values()}
+        if len(counts) > 1 or set(record["samples"]) != set(old["samples"]):
+            rounds = ", ".join(f"{who} {len(values)}" for who, values in record["samples"].items())
+            raise SystemExit(
+                f"benchmarks: --add-rounds: row {name!r} has unpaired rounds ({rounds}): "
+                f"measure it with --update"
+            )
+    known = {item.name for item in fields(Measurement)}
+    row = {key: value for key, value in old.items() if key in known}
+    row["samples"] = {who: old["samples"][who] + new["samples"][who] for who in old["samples"]}
+    return measurement_record(old.get("module", ""), Measurement(**row))
+
+
 def merged(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     """Return `previous` with the figures `fresh` measured again put in place of their old rows.
 
@@ -82,24 +170,7 @@ def merged(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     re-measured on a quieter hour says so. Results of another machine or other versions are refused:
     ratios from two machines side by side would compare what cannot be compared.
     """
-    if previous["options"].get("quick"):
-        raise SystemExit(
-            "benchmarks: --update: the latest results are a quick run (no measurement): run every figure"
-        )
-    for key in ("hostname", "cpu", "cores"):
-        if previous["machine"].get(key) != fresh["machine"].get(key):
-            there, here = previous["machine"].get(key), fresh["machine"].get(key)
-            raise SystemExit(
-                f"benchmarks: --update: the latest results were measured on another machine "
-                f"({key} {there!r}, here {here!r}): run every figure"
-            )
-    if previous["versions"] != fresh["versions"]:
-        changed = sorted(k for k in {**previous["versions"], **fresh["versions"]}
-                         if previous["versions"].get(k) != fresh["versions"].get(k))  # fmt: skip
-        raise SystemExit(
-            f"benchmarks: --update: the latest results were measured with other versions of "
-            f"{', '.join(changed)}: run every figure"
-        )
+    check_comparable(previous, fresh, "--update")
     measured_again = set(fresh["figures"])
     figures = {}
     for run in (previous, fresh):

@@ -77,9 +77,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="measure the --only figures again into a copy of the latest results in --output: the other "
         "figures keep their rows, each figure its own date, rounds and steal",
     )
+    parser.add_argument(
+        "--add-rounds",
+        action="store_true",
+        help="measure --rounds more rounds of the --only figures and pool them with the latest results' "
+        "rounds of the same rows in --output (same machine and versions): each round stays paired",
+    )
     args = parser.parse_args(argv)
-    if args.update and (args.only is None or args.quick or args.readme_only):
-        parser.error("--update needs --only (the figures to measure again) and no --quick or --readme-only")
+    if args.update and args.add_rounds:
+        parser.error("--update measures figures anew, --add-rounds pools with their rounds: choose one")
+    for flag, chosen in (("--update", args.update), ("--add-rounds", args.add_rounds)):
+        if chosen and (args.only is None or args.quick or args.readme_only):
+            parser.error(
+                f"{flag} needs --only (the figures to measure again) and no --quick or --readme-only"
+            )
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.rounds is None:
@@ -176,11 +187,19 @@ def main(argv: list[str] | None = None) -> None:
         regenerate_readme(args.output, args.readme, redraw=True)
         return
     previous = None
-    if args.update:  # read first: a folder without results fails before an hour of measuring
+    if (
+        args.update or args.add_rounds
+    ):  # read first: a folder without results fails before an hour of measuring
+        flag = "--update" if args.update else "--add-rounds"
         latest = report.latest(args.output)
         if latest is None:
-            raise SystemExit(f"benchmarks: --update: no results file in {args.output} to update")
+            raise SystemExit(f"benchmarks: {flag}: no results file in {args.output} to update")
         previous = report.load(latest)
+        missing = [name for name in args.figures if name not in previous["figures"]]
+        if args.add_rounds and missing:
+            raise SystemExit(
+                f"benchmarks: --add-rounds: {latest} has no rounds of {', '.join(missing)} to add to"
+            )
     contenders, absent = detect_contenders()
     options = RunOptions(quick=args.quick, rounds=args.rounds, contenders=contenders)
     for name, reason in absent.items():
@@ -216,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     for figure in figures.values():
         figure["date"] = run["date"]
     if previous is not None:
-        run = report.merged(previous, run)
+        run = report.pooled(previous, run) if args.add_rounds else report.merged(previous, run)
     print(table.text(run))
     results_file = args.output / f"{now:%Y-%m-%d-%H%M%S}-{machine.slug(described)}.json"
     finish(run, results_file, args.readme)

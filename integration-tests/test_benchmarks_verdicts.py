@@ -255,3 +255,62 @@ def test_update_needs_the_figures_to_measure_again(capsys: pytest.CaptureFixture
         runner.parse_args(["--update"])
     assert "--update needs --only" in capsys.readouterr().err
     assert runner.parse_args(["--update", "--only", "collectives"]).update
+
+
+# Pooling more rounds with the latest ones (--add-rounds) -----------------------------------------
+def test_added_rounds_pool_with_the_same_rows_keep_each_round_paired_and_decide_a_verdict(
+    tmp_path: Path,
+) -> None:
+    previous = _figure_run(
+        "2026-12-06T09:47:26Z", {"startup": [1.0] * 3, "compile": [1.0, 1.01, 1.02, 1.0, 0.9]}, 5, 0.0
+    )
+    assert previous["measurements"][1]["target_status"] == "undecided"  # 5 rounds: the whole range
+    fresh = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.01, 1.0, 1.02]}, 3, 0.5)
+    run = report.pooled(previous, fresh)
+    row = run["measurements"][1]
+    assert row["samples"]["accel"] == [1.0, 1.01, 1.02, 1.0, 0.9, 1.01, 1.0, 1.02]
+    assert row["samples"]["raw"] == [1.0] * 8 and row["summary"]["accel"]["rounds"] == 8
+    assert row["target_status"] == "met"  # 8 rounds: the interval leaves out the slow one
+    assert run["measurements"][0] == previous["measurements"][0]
+    figure = run["figures"]["compile"]
+    assert figure["rounds"] == 8 and figure["date"] == "2026-12-06T12:00:00Z" and figure["steal_pct"] == 0.5
+    assert figure["pooled_with"] == [{"date": "2026-12-06T09:47:26Z", "rounds": 5, "steal_pct": 0.0}]
+    text = readme.render(run, tmp_path / "run.json", tmp_path / "README.md")
+    assert (
+        "- measured again 2026-12-06T12:00:00Z: compile (8 rounds, steal 0.5%, pooled with the rounds "
+        "of the same rows measured before: 5 of 2026-12-06T09:47:26Z)" in text
+    )
+
+
+def test_added_rounds_refuse_rows_measured_otherwise_missing_or_unpaired() -> None:
+    previous = _figure_run("2026-12-06T09:47:26Z", {"compile": [1.0] * 5}, 5)
+    other_note = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
+    other_note["measurements"][0]["note"] = "12 blocks, not 4"
+    with pytest.raises(SystemExit, match=r"row 'compile row' was measured with another note"):
+        report.pooled(previous, other_note)
+    renamed = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
+    renamed["measurements"][0]["figure"] = "compile other row"
+    with pytest.raises(SystemExit, match=r"row 'compile other row' is in one run only"):
+        report.pooled(previous, renamed)
+    unpaired = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
+    unpaired["measurements"][0]["samples"]["raw"] = [1.0, 1.0]
+    with pytest.raises(SystemExit, match=r"row 'compile row' has unpaired rounds \(raw 2, accel 3\)"):
+        report.pooled(previous, unpaired)
+    other_versions = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
+    other_versions["versions"]["python"] = "3.12.0"
+    with pytest.raises(
+        SystemExit, match="--add-rounds: the latest results were measured with other versions"
+    ):
+        report.pooled(previous, other_versions)
+
+
+def test_add_rounds_needs_the_figures_and_excludes_update(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import runner
+
+    with pytest.raises(SystemExit):
+        runner.parse_args(["--add-rounds"])
+    assert "--add-rounds needs --only" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        runner.parse_args(["--add-rounds", "--update", "--only", "compile"])
+    assert "choose one" in capsys.readouterr().err
+    assert runner.parse_args(["--add-rounds", "--only", "compile", "--rounds", "3"]).add_rounds
