@@ -158,7 +158,12 @@ def newest_plots(root: Path, readme: Path) -> list[str]:
             f"({os.path.relpath(latest.parent / name, readme.parent)})"
             for name in run["plots"]
         )
-        lines.append(f"- `{folder.name}/` ({run['date'][:10]}, {run['options']['rounds']} rounds): {links}")
+        # Figures measured again (--update) or given more rounds (--add-rounds) carry their own count.
+        counts = sorted(
+            {figure.get("rounds", run["options"]["rounds"]) for figure in run["figures"].values()}
+        ) or [run["options"]["rounds"]]
+        rounds = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        lines.append(f"- `{folder.name}/` ({run['date'][:10]}, {rounds} rounds): {links}")
     return lines
 
 

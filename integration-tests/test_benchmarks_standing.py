@@ -154,6 +154,18 @@ def test_the_newest_plots_of_each_folder_are_linked(tmp_path: Path) -> None:
     assert lines[0] in section and section.index(lines[0]) > section.index("| --- | --- | --- | --- |")
 
 
+def test_the_plots_line_counts_the_rounds_of_figures_given_more_or_measured_again(tmp_path: Path) -> None:
+    path = _write_run(tmp_path / "compile", "2026-12-03T00:00:00Z", [_record("gather 1 MB", [1.0] * 5)])
+    run = report.load(path)
+    run["plots"] = [f"{path.stem}-time.png"]
+    run["figures"]["collectives"]["rounds"] = 8  # 5 of the run, 3 added (--add-rounds)
+    report.write(run, path)
+    assert "(2026-12-03, 8 rounds)" in standing.newest_plots(tmp_path, tmp_path / "README.md")[0]
+    run["figures"]["memory"] = {"seconds": 1.0, "error": None}  # the run's own 5
+    report.write(run, path)
+    assert "(2026-12-03, 5-8 rounds)" in standing.newest_plots(tmp_path, tmp_path / "README.md")[0]
+
+
 def test_a_stored_target_that_cannot_be_parsed_stands_as_not_checked(tmp_path: Path) -> None:
     _write_run(tmp_path, "2026-12-01T00:00:00Z", [_record("gather 1 MB", [1.0] * 3, target="accel=>1")])
     (found,) = standing.newest(tmp_path)
