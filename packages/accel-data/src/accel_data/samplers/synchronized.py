@@ -68,6 +68,24 @@ class SynchronizedRandomSampler(RandomSampler):
         # Not a generator function: the pass's draw happens when iteration starts (a BatchSampler
         # asks for its sampler's iterator just before its first index, as torch's own loop draws),
         # and the indices come from a list iterator, with no Python frame per index.
+        drawn = self._draw_pass()
+        return iter(drawn) if isinstance(drawn, list) else drawn
+
+    def pass_indices(self) -> list[int] | None:
+        """Draw the next pass as `iter` would and return all its indices at once (what a sharded
+        loader slices its batches from); None, drawing nothing, where the pass draws as it goes
+        (a generator of the user's, which other code may draw from meanwhile, or replacement)."""
+        if not self._one_permutation():
+            return None
+        drawn = self._draw_pass()
+        assert isinstance(drawn, list)
+        return drawn
+
+    def _one_permutation(self) -> bool:
+        """Whether a pass is one permutation of a private generator, drawn at its start."""
+        return self.generator is None and not self.replacement and self.num_samples == len(self.data_source)
+
+    def _draw_pass(self) -> list[int] | Iterator[int]:
         replay, self._replay = self._replay, None
         record = replay[1] if replay is not None and replay[0] == self.epoch else None
         private = self.generator is None
@@ -83,11 +101,11 @@ class SynchronizedRandomSampler(RandomSampler):
             generator = self.generator
         size = len(self.data_source)
         if size == 0:  # RandomSampler divides by the dataset's length
-            return iter(())
-        if private and not self.replacement and self.num_samples == size:
+            return []
+        if self._one_permutation():
             # RandomSampler's one permutation; the draws it makes after it, of a generator nobody
             # else holds, cannot be seen.
-            return iter(torch.randperm(size, generator=generator).tolist())
+            return torch.randperm(size, generator=generator).tolist()
         # torch's own loop, over the generator chosen here (a user's generator draws as it would).
         view = RandomSampler.__new__(RandomSampler)
         view.__dict__.update(data_source=self.data_source, replacement=self.replacement, generator=generator)

@@ -1,0 +1,60 @@
+"""A rank's batches sliced from the pass's indices are the batches the generic round robin deals."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+from accel_data.samplers.synchronized import SynchronizedRandomSampler
+from accel_data.sharding.batch_sampler import BatchSamplerShard
+
+
+class _OtherBatchSampler(BatchSampler):
+    """Torch's BatchSampler under another type: dealt by the generic loop, index by index."""
+
+
+def _sampler(kind: str, size: int) -> object:
+    if kind == "sequential":
+        return SequentialSampler(range(size))
+    return SynchronizedRandomSampler(RandomSampler(range(size)), synchronize=False)
+
+
+def _batches(batch_sampler_type: type, kind: str, size: int, batch: int, n: int, rank: int,
+             drop_last: bool, even: bool) -> list[list[int]]:  # fmt: skip
+    torch.manual_seed(size * 1000 + batch)  # the same shuffle for both ways of dealing
+    batches = batch_sampler_type(_sampler(kind, size), batch, drop_last)
+    shard = BatchSamplerShard(batches, num_processes=n, process_index=rank, even_batches=even)
+    return list(shard)
+
+
+@pytest.mark.parametrize("kind", ["sequential", "shuffled"])
+def test_sliced_batches_equal_the_batches_dealt_index_by_index(kind: str) -> None:
+    checked = 0
+    for size, batch, n, drop_last, even in itertools.product(
+        [0, 1, 5, 31, 32, 33, 64, 100], [1, 3, 8, 32], [2, 3, 4], [False, True], [False, True]
+    ):
+        if size == 0 and kind == "shuffled":
+            continue  # torch's RandomSampler refuses an empty dataset
+        for rank in range(n):
+            arguments = (kind, size, batch, n, rank, drop_last, even)
+            sliced = _batches(BatchSampler, *arguments)
+            dealt = _batches(_OtherBatchSampler, *arguments)
+            assert sliced == dealt, arguments
+            checked += len(sliced)
+    assert checked > 1000
+
+
+def test_the_sliced_path_is_taken_only_where_a_pass_is_one_list() -> None:
+    shuffled = BatchSamplerShard(BatchSampler(_sampler("shuffled", 10), 2, False), num_processes=2)
+    assert shuffled._pass_indices() is not None
+    own_generator = SynchronizedRandomSampler(
+        RandomSampler(range(10), generator=torch.Generator().manual_seed(0)), synchronize=False
+    )
+    state = own_generator.generator.get_state()
+    dealt = BatchSamplerShard(BatchSampler(own_generator, 2, False), num_processes=2)
+    assert dealt._pass_indices() is None
+    assert torch.equal(own_generator.generator.get_state(), state), "nothing drawn when not sliced"
+    assert BatchSamplerShard(_OtherBatchSampler(range(10), 2, False), num_processes=2)._pass_indices() is None
