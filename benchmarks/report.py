@@ -104,7 +104,7 @@ def pooled(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     Each round pairs its contenders (one job after the other, interleaved), so rounds of two runs on
     the same machine and versions pool into one row whose per-round ratios are all still paired: more
     rounds narrow the interval of the median without mixing unpaired numbers. A row measured
-    differently (another note, unit or target), one run lacks, or whose contenders have unequal
+    differently (another group, unit or target), one run lacks, or whose contenders have unequal
     round counts is refused, naming it.
     """
     check_comparable(previous, fresh, "--add-rounds")
@@ -143,7 +143,7 @@ def pooled(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
 
 def _pooled_row(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     name = old["figure"]
-    for key in ("unit", "note", "target", "higher_is_better", "x", "skipped"):
+    for key in ("group", "unit", "target", "higher_is_better", "x", "skipped"):
         if old.get(key) != new.get(key):
             raise SystemExit(
                 f"benchmarks: --add-rounds: row {name!r} was measured with another {key} "
@@ -160,6 +160,9 @@ def _pooled_row(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     known = {item.name for item in fields(Measurement)}
     row = {key: value for key, value in old.items() if key in known}
     row["samples"] = {who: old["samples"][who] + new["samples"][who] for who in old["samples"]}
+    if new.get("note") != old.get("note"):  # a note may carry figures of its own run (wall clocks)
+        rounds = len(next(iter(new["samples"].values()), []))
+        row["note"] = f"{new.get('note', '')} (the figures in this note: the last {rounds} rounds)"
     return measurement_record(old.get("module", ""), Measurement(**row))
 
 

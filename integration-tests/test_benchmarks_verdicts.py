@@ -271,6 +271,7 @@ def test_added_rounds_pool_with_the_same_rows_keep_each_round_paired_and_decide_
     assert row["samples"]["accel"] == [1.0, 1.01, 1.02, 1.0, 0.9, 1.01, 1.0, 1.02]
     assert row["samples"]["raw"] == [1.0] * 8 and row["summary"]["accel"]["rounds"] == 8
     assert row["target_status"] == "met"  # 8 rounds: the interval leaves out the slow one
+    assert row["note"] == previous["measurements"][1]["note"]  # the same job, the same note
     assert run["measurements"][0] == previous["measurements"][0]
     figure = run["figures"]["compile"]
     assert figure["rounds"] == 8 and figure["date"] == "2026-12-06T12:00:00Z" and figure["steal_pct"] == 0.5
@@ -284,10 +285,12 @@ def test_added_rounds_pool_with_the_same_rows_keep_each_round_paired_and_decide_
 
 def test_added_rounds_refuse_rows_measured_otherwise_missing_or_unpaired() -> None:
     previous = _figure_run("2026-12-06T09:47:26Z", {"compile": [1.0] * 5}, 5)
-    other_note = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
-    other_note["measurements"][0]["note"] = "12 blocks, not 4"
-    with pytest.raises(SystemExit, match=r"row 'compile row' was measured with another note"):
-        report.pooled(previous, other_note)
+    other_unit = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
+    other_unit["measurements"][0]["unit"] = "ms"
+    with pytest.raises(
+        SystemExit, match=r"row 'compile row' was measured with another unit \('steps/s', now 'ms'\)"
+    ):
+        report.pooled(previous, other_unit)
     renamed = _figure_run("2026-12-06T12:00:00Z", {"compile": [1.0] * 3}, 3)
     renamed["measurements"][0]["figure"] = "compile other row"
     with pytest.raises(SystemExit, match=r"row 'compile other row' is in one run only"):
@@ -304,6 +307,15 @@ def test_added_rounds_refuse_rows_measured_otherwise_missing_or_unpaired() -> No
         report.pooled(previous, other_versions)
 
 
+def test_added_rounds_keep_the_newest_note_and_say_whose_figures_it_holds() -> None:
+    previous = _figure_run("2026-12-06T09:47:26Z", {"loader": [1.0] * 5}, 5)
+    previous["measurements"][0]["note"] = "wall-clock medians (us): accel 108.6"
+    fresh = _figure_run("2026-12-06T12:00:00Z", {"loader": [1.0] * 3}, 3)
+    fresh["measurements"][0]["note"] = "wall-clock medians (us): accel 106.3"
+    (row,) = report.pooled(previous, fresh)["measurements"]
+    assert row["note"] == "wall-clock medians (us): accel 106.3 (the figures in this note: the last 3 rounds)"
+
+
 def test_add_rounds_needs_the_figures_and_excludes_update(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import runner
 
@@ -314,3 +326,15 @@ def test_add_rounds_needs_the_figures_and_excludes_update(capsys: pytest.Capture
         runner.parse_args(["--add-rounds", "--update", "--only", "compile"])
     assert "choose one" in capsys.readouterr().err
     assert runner.parse_args(["--add-rounds", "--only", "compile", "--rounds", "3"]).add_rounds
+
+
+def test_add_rounds_refuses_before_measuring_where_there_is_nothing_to_add_to(tmp_path: Path) -> None:
+    from benchmarks import runner
+
+    arguments = ["--add-rounds", "--only", "compile", "--output", str(tmp_path)]
+    with pytest.raises(SystemExit, match="--add-rounds: no results file in"):
+        runner.main(arguments)
+    run = _figure_run("2026-12-06T09:47:26Z", {"loader": [1.0] * 3}, 3)
+    report.write(run, tmp_path / "2026-12-06-094726-vm-2cpu.json")
+    with pytest.raises(SystemExit, match="vm-2cpu.json has no rounds of compile to add to"):
+        runner.main(arguments)
