@@ -1,4 +1,5 @@
-"""A rank's batches sliced from the pass's indices are the batches the generic round robin deals."""
+"""A rank's batches sliced from the pass's indices are the batches dealt from the underlying batches
+(round robin, or each batch cut in N with split_batches)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,18 @@ def _sampler(kind: str, size: int) -> object:
 
 
 def _batches(batch_sampler_type: type, kind: str, size: int, batch: int, n: int, rank: int,
-             drop_last: bool, even: bool) -> list[list[int]]:  # fmt: skip
+             drop_last: bool, even: bool, split: bool) -> list[list[int]]:  # fmt: skip
     torch.manual_seed(size * 1000 + batch)  # the same shuffle for both ways of dealing
-    batches = batch_sampler_type(_sampler(kind, size), batch, drop_last)
-    shard = BatchSamplerShard(batches, num_processes=n, process_index=rank, even_batches=even)
+    batches = batch_sampler_type(_sampler(kind, size), batch * n if split else batch, drop_last)
+    shard = BatchSamplerShard(
+        batches, num_processes=n, process_index=rank, even_batches=even, split_batches=split
+    )
     return list(shard)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["round robin", "split batches"])
 @pytest.mark.parametrize("kind", ["sequential", "shuffled"])
-def test_sliced_batches_equal_the_batches_dealt_index_by_index(kind: str) -> None:
+def test_sliced_batches_equal_the_batches_dealt_index_by_index(kind: str, split: bool) -> None:
     checked = 0
     for size, batch, n, drop_last, even in itertools.product(
         [0, 1, 5, 31, 32, 33, 64, 100], [1, 3, 8, 32], [2, 3, 4], [False, True], [False, True]
@@ -39,7 +43,7 @@ def test_sliced_batches_equal_the_batches_dealt_index_by_index(kind: str) -> Non
         if size == 0 and kind == "shuffled":
             continue  # torch's RandomSampler refuses an empty dataset
         for rank in range(n):
-            arguments = (kind, size, batch, n, rank, drop_last, even)
+            arguments = (kind, size, batch, n, rank, drop_last, even, split)
             sliced = _batches(BatchSampler, *arguments)
             dealt = _batches(_OtherBatchSampler, *arguments)
             assert sliced == dealt, arguments

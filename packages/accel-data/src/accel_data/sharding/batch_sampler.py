@@ -167,6 +167,18 @@ class BatchSamplerShard(BatchSampler):
         share = self.per_process_batch_size
         assert share is not None and self.batch_size is not None
         start, end = self.process_index * share, (self.process_index + 1) * share
+        indices = self._pass_indices()
+        if indices is not None:
+            size, whole = self.batch_size, len(indices) // self.batch_size * self.batch_size
+            for offset in range(0, whole, size):
+                yield indices[offset + start : offset + end]
+            last = indices[whole:] if not self.drop_last else []
+            if len(last) and self.even_batches:
+                filler = self._padding_source(indices[:size])
+                last += [next(filler) for _ in range(size - len(last))]
+            if last[start:end]:
+                yield last[start:end]
+            return
         first_items: list[int] = []
         for batch in self.batch_sampler:
             if not first_items:
