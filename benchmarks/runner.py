@@ -187,13 +187,11 @@ def main(argv: list[str] | None = None) -> None:
         regenerate_readme(args.output, args.readme, redraw=True)
         return
     previous = None
-    if (
-        args.update or args.add_rounds
-    ):  # read first: a folder without results fails before an hour of measuring
-        flag = "--update" if args.update else "--add-rounds"
+    flag = "--update" if args.update else "--add-rounds" if args.add_rounds else None
+    if flag is not None:  # read first: a folder without results fails before an hour of measuring
         latest = report.latest(args.output)
         if latest is None:
-            raise SystemExit(f"benchmarks: {flag}: no results file in {args.output} to update")
+            raise SystemExit(f"benchmarks: {flag}: no results file in {args.output} to build on")
         previous = report.load(latest)
         missing = [name for name in args.figures if name not in previous["figures"]]
         if args.add_rounds and missing:
