@@ -47,6 +47,7 @@ def test_sliced_batches_equal_the_batches_dealt_index_by_index(kind: str, split:
             sliced = _batches(BatchSampler, *arguments)
             dealt = _batches(_OtherBatchSampler, *arguments)
             assert sliced == dealt, arguments
+            assert all(type(batch) is list for batch in sliced), arguments
             checked += len(sliced)
     assert checked > 1000
 
@@ -54,6 +55,10 @@ def test_sliced_batches_equal_the_batches_dealt_index_by_index(kind: str, split:
 def test_the_sliced_path_is_taken_only_where_a_pass_is_one_list() -> None:
     shuffled = BatchSamplerShard(BatchSampler(_sampler("shuffled", 10), 2, False), num_processes=2)
     assert shuffled._pass_indices() is not None
+    # A sequential pass holds no index until a batch is cut from it (no list of every row of a large set).
+    huge = BatchSamplerShard(BatchSampler(SequentialSampler(range(10**6)), 2, False), num_processes=2)
+    assert huge._pass_indices() == range(10**6)
+    assert next(iter(huge)) == [0, 1]
     own_generator = SynchronizedRandomSampler(
         RandomSampler(range(10), generator=torch.Generator().manual_seed(0)), synchronize=False
     )

@@ -13,7 +13,7 @@ every real sample in that order, which is what lets `gather_for_metrics` cut it 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from torch.utils.data import BatchSampler, Sampler, SequentialSampler
 
@@ -97,14 +97,15 @@ class BatchSamplerShard(BatchSampler):
             return self._iter_split()
         return self._iter_round_robin()
 
-    def _padding_source(self, first_items: list[int]) -> Iterator[int]:
+    def _padding_source(self, first_items: Sequence[int]) -> Iterator[int]:
         if not first_items:
             raise ShardingError("cannot pad batches: the sampler yielded no samples")
         return itertools.cycle(first_items)
 
-    def _pass_indices(self) -> list[int] | None:
-        """Return the pass's sample indices as one list when its batches are consecutive slices of it
-        (torch's own BatchSampler over a sampler that hands a pass over whole), else None.
+    def _pass_indices(self) -> list[int] | range | None:
+        """Return the pass's sample indices when its batches are consecutive slices of them (torch's
+        own BatchSampler over a sampler that hands a pass over whole), else None: a sequential
+        sampler's as a range, which holds no index until a batch is cut from it.
 
         Then this rank's batches are slices of that list and the other ranks' batches are never
         built: dealing every rank's batch and keeping the round in a list cost about 1.3 us a
@@ -115,7 +116,7 @@ class BatchSamplerShard(BatchSampler):
             return None
         sampler = batch_sampler.sampler
         if type(sampler) is SequentialSampler:
-            return list(range(len(sampler)))
+            return range(len(sampler))
         whole_pass = getattr(sampler, "pass_indices", None)
         return whole_pass() if callable(whole_pass) else None
 
@@ -131,11 +132,11 @@ class BatchSamplerShard(BatchSampler):
             total, stride = len(indices), n * size
             whole_rounds = (total // size) // n  # rounds of n full batches, yielded as they come
             for start in range(rank * size, whole_rounds * stride, stride):
-                yield indices[start : start + size]
+                yield list(indices[start : start + size])
             batches = total // size if self.drop_last else -(-total // size)
-            pending = [indices[k * size : (k + 1) * size] for k in range(whole_rounds * n, batches)]
+            pending = [list(indices[k * size : (k + 1) * size]) for k in range(whole_rounds * n, batches)]
             if pad_needed:  # the first round's samples (a batch size is known: no whole batches needed)
-                first_items = indices[: n * size]
+                first_items = list(indices[: n * size])
         else:
             for batch in self.batch_sampler:
                 if pad_needed and len(first_batches) < n:
@@ -171,9 +172,9 @@ class BatchSamplerShard(BatchSampler):
         if indices is not None:
             size, whole = self.batch_size, len(indices) // self.batch_size * self.batch_size
             for offset in range(0, whole, size):
-                yield indices[offset + start : offset + end]
-            last = indices[whole:] if not self.drop_last else []
-            if len(last) and self.even_batches:
+                yield list(indices[offset + start : offset + end])
+            last = list(indices[whole:]) if not self.drop_last else []
+            if last and self.even_batches:
                 filler = self._padding_source(indices[:size])
                 last += [next(filler) for _ in range(size - len(last))]
             if last[start:end]:
