@@ -436,7 +436,8 @@ def bench(session: nox.Session) -> None:
     """Head to head: raw PyTorch vs accel vs Accelerate, every figure in one run (`python -m benchmarks`);
     table on stdout, JSON and plots in benchmarks/results, benchmarks/README.md regenerated.
 
-    Arguments after `--` go to the runner: `nox -s bench -- --quick`, `-- --only training --rounds 7`.
+    Arguments after `--` go to the runner: `nox -s bench -- --quick`,
+    `-- --only training --rounds 7 --output benchmarks/results/training`.
     """
     # Accelerate is the contender, pinned to the version the targets were set against; matplotlib draws.
     share_torch(session)

@@ -106,6 +106,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.figures = [name for name in known if name in wanted]
     else:
         args.figures = known
+    partial = args.figures != known and not (args.quick or args.update or args.add_rounds or args.readme_only)
+    if partial and args.output.resolve() == DEFAULT_OUTPUT.resolve():
+        # The newest full results in the main folder are the main README's table: a run of some
+        # figures there would become it, and the others' rows would leave the table.
+        parser.error(
+            f"--only {','.join(args.figures)} into {DEFAULT_OUTPUT.relative_to(HERE.parent)} would make "
+            "a run of some figures the main README's table: add --update (the other figures keep their "
+            "rows) or name --output (a figure's own folder, e.g. "
+            f"benchmarks/results/{args.figures[0]})"
+        )
     if args.readme is None:
         same = args.output.resolve() == DEFAULT_OUTPUT.resolve()
         args.readme = DEFAULT_README if same else args.output / "README.md"

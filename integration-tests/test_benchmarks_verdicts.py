@@ -257,6 +257,24 @@ def test_update_needs_the_figures_to_measure_again(capsys: pytest.CaptureFixture
     assert runner.parse_args(["--update", "--only", "collectives"]).update
 
 
+def test_some_figures_into_the_main_folder_are_refused_unless_they_update_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The main folder's newest full run is the main README's table: a run of one figure there would
+    # take the other figures' rows out of it.
+    from benchmarks import runner
+
+    with pytest.raises(SystemExit):
+        runner.parse_args(["--only", "nd_parallel", "--rounds", "3"])
+    error = capsys.readouterr().err
+    assert "--only nd_parallel into benchmarks/results" in error and "--update" in error
+    assert "benchmarks/results/nd_parallel" in error
+    assert runner.parse_args(["--only", "nd_parallel", "--update"]).figures == ["nd_parallel"]
+    assert runner.parse_args(["--only", "startup", "--output", str(tmp_path)]).output == tmp_path
+    assert runner.parse_args(["--quick", "--only", "startup"]).quick  # a quick run never becomes the table
+    assert runner.parse_args(["--only", ",".join(runner.figure_names())]).figures == runner.figure_names()
+
+
 # Pooling more rounds with the latest ones (--add-rounds) -----------------------------------------
 def test_added_rounds_pool_with_the_same_rows_keep_each_round_paired_and_decide_a_verdict(
     tmp_path: Path,
