@@ -265,3 +265,93 @@ def test_a_repeated_gather_travels_beside_the_check_and_stays_exact_launch(num_p
     # Nothing foreseen until a 256 KB gather had followed a gather, then 256 KB beside each, and at
     # the split (rank 0 sent its tensor beside, the others joined with zeros).
     assert results[0]["besides"] == [0] * 2 + [2**18] * 7 + [2**18]
+
+
+def uneven_gathers_inline():
+    """gather_uneven (gather_for_metrics outside a padded loader): each rank brings its own number
+    of rows; once the exchange's capacity fits them, they travel in the check's exchange and no
+    second all_gather runs."""
+    import torch
+
+    import accel_state.collectives.operations as operations
+    from accel_state import CollectiveShapeError, PartialState, gather_uneven
+
+    state = PartialState()
+    rank, world = state.process_index, state.num_processes
+    second_gathers = []
+    plain = operations._gather_one
+
+    def counted(tensor):
+        second_gathers.append(tuple(tensor.shape))
+        return plain(tensor)
+
+    operations._gather_one = counted
+    wrong, inline = [], []
+
+    def check(make, label, repeats=3):
+        expected = _concatenated([make(r) for r in range(world)])
+        kept = None
+        for repeat in range(repeats):
+            before = len(second_gathers)
+            got = gather_uneven(make(rank))
+            inline.append((label, repeat, len(second_gathers) == before))
+            if not _equal(got, expected):
+                wrong.append(f"{label} #{repeat}")
+            kept = got if kept is None else kept
+        if not _equal(kept, expected):  # results own their memory: the exchange's buffers are reused
+            wrong.append(f"{label}: an earlier result changed")
+
+    check(lambda r: torch.arange(5 * (r + 1), dtype=torch.float32).reshape(r + 1, 5) + r, "rows r+1")
+    check(lambda r: torch.ones(0 if r == 0 else 2 * r, 3) * r, "no rows on rank 0")
+    check(
+        lambda r: {
+            "a": torch.full((r + 1, 3), float(r)),
+            "b": [torch.arange(2 * r, dtype=torch.int64), torch.tensor(float(r), dtype=torch.bfloat16)],
+        },
+        "nested, int64 and a 0-d bf16",
+    )
+    check(lambda r: torch.arange(7 * (r + 2)).reshape(7, r + 2).t() % 3 == 0, "a transposed bool")
+    check(lambda r: torch.randn(r + 1, 6, generator=torch.Generator().manual_seed(r)).bfloat16(), "bf16")
+    check(lambda r: torch.full((5000 + r, 4), float(r)), "80 KB and more (never inline)", repeats=2)
+    try:
+        gather_uneven(torch.ones(2, 3 + rank))
+        mismatch = ""
+    except CollectiveShapeError as error:
+        mismatch = str(error)
+    check(lambda r: torch.full((r + 1,), float(r)), "after the mismatch")
+    operations._gather_one = plain
+    return {"wrong": wrong, "inline": inline, "mismatch": mismatch}
+
+
+def _concatenated(per_rank):
+    import torch
+
+    if isinstance(per_rank[0], dict):
+        return {
+            "a": _concatenated([p["a"] for p in per_rank]),
+            "b": [_concatenated([p["b"][i] for p in per_rank]) for i in range(2)],
+        }
+    return torch.cat([t if t.ndim else t.unsqueeze(0) for t in per_rank])
+
+
+def _equal(got, want):
+    import torch
+
+    if isinstance(want, dict):
+        return _equal(got["a"], want["a"]) and all(
+            _equal(g, w) for g, w in zip(got["b"], want["b"], strict=True)
+        )
+    return got.dtype == want.dtype and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("num_processes", [2, 3])
+def test_uneven_gathers_travel_in_the_check_exchange_once_it_fits_them_launch(num_processes):
+    results = run_on_ranks(uneven_gathers_inline, num_processes)
+    for got in results:
+        assert got["wrong"] == []
+        assert got["mismatch"].startswith("gather_uneven: tensors differ in shape across ranks")
+    assert len({tuple(got["inline"]) for got in results}) == 1  # the same on every rank
+    travelled = {(label, repeat): inline for label, repeat, inline in results[0]["inline"]}
+    # From the second call of a kind on, what fits in 64 KB travels inline; 80 KB never does.
+    assert all(travelled[label, repeat] for label, repeat in travelled if repeat > 0 and "80 KB" not in label)
+    assert not any(travelled[label, repeat] for label, repeat in travelled if "80 KB" in label)

@@ -423,6 +423,25 @@ def unpack_gathered(payloads: Payloads, offset: int, like: torch.Tensor) -> torc
     return gathered if gathered.device == like.device else gathered.to(like.device)
 
 
+def unpack_spans(
+    payloads: Payloads, spans: list[tuple[int, int]], like: torch.Tensor, rows: int
+) -> torch.Tensor:
+    """Return each rank's span of its payload ((offset, length) in bytes, rank after rank) joined
+    into one new tensor of `rows` rows shaped like `like` past dim 0 (ranks' rows may differ)."""
+    shape = (rows,) + tuple(like.shape[1:])
+    if isinstance(payloads, numpy.ndarray):
+        joined = numpy.concatenate(
+            [payloads[rank, start : start + length] for rank, (start, length) in enumerate(spans)]
+        )
+        as_numpy = _NUMPY_DTYPES.get(like.dtype)
+        if as_numpy is not None:
+            return torch.from_numpy(joined.view(as_numpy).reshape(shape))
+        return torch.from_numpy(joined).view(like.dtype).reshape(shape)
+    parts = [payloads[rank, start : start + length] for rank, (start, length) in enumerate(spans)]
+    gathered = torch.cat(parts).view(like.dtype).reshape(shape)
+    return gathered if gathered.device == like.device else gathered.to(like.device)
+
+
 def unpack_beside(received: torch.Tensor, world_size: int, like: torch.Tensor) -> torch.Tensor:
     """Return every rank's tensor shaped like `like`, concatenated along dim 0, from the exchange
     beside the header's (`received`: a new uint8 tensor, viewed in place, not copied)."""

@@ -4,8 +4,8 @@ On one process each is the identity (or its trivial result), so single-process c
 Across processes the ranks first agree on what they bring (`shape_check`: one small header
 exchange), so mismatched inputs raise CollectiveShapeError on every rank, naming each rank's
 shape, dtype or structure, instead of returning garbage or aborting a rank. Padding and uneven
-gathers read the sizes they need from that same exchange, and small inputs (gather, broadcast,
-the pickled objects: up to 64 KB per rank, once the sizes seen lately call for it, see
+gathers read the sizes they need from that same exchange, and small inputs (gather, uneven gathers,
+broadcast, the pickled objects: up to 64 KB per rank, once the sizes seen lately call for it, see
 `capacity`) travel in it: for them the check is the collective. A gather of one tensor up to 4 MB
 whose size the calls before it foresaw travels in a second all_gather beside the check's, both in
 flight at once.
@@ -15,6 +15,7 @@ flight at once.
 
 from __future__ import annotations
 
+import math
 import pickle
 import sys
 from typing import Any
@@ -30,11 +31,13 @@ from accel_state.collectives.header import (
     describe_object,
     numpy_dtype,
     payload_bytes,
+    payload_layout,
     tensor_bytes,
     unpack_beside,
     unpack_gathered,
     unpack_one,
     unpack_rows,
+    unpack_spans,
 )
 from accel_state.collectives.nested import recursively_apply, tensor_leaves
 from accel_state.collectives.shape_check import Agreement, agree_across_ranks
@@ -373,8 +376,14 @@ def gather_uneven(data: Any) -> Any:
     state = _state()
     if not state.use_distributed:
         return data
-    # Always agreed: the dim-0 sizes travel in the same header.
-    per_tensor = iter(_agree(state, describe("gather_uneven", data, size_dim=0)).sizes or [])
+    # Always agreed: the dim-0 sizes travel in the same header, and small inputs with them.
+    tensors = [data] if isinstance(data, torch.Tensor) else tensor_leaves(data)
+    description = describe("gather_uneven", data, size_dim=0)
+    agreement = _agree(state, description, tensor_bytes(tensors, state.device))
+    if agreement.all_inline():
+        inline = iter(_uneven_from_payloads(agreement, tensors))
+        return recursively_apply(lambda _: next(inline), data, error_on_other_type=True, name="gather_uneven")
+    per_tensor = iter(agreement.sizes or [])
 
     def gather_one(tensor: torch.Tensor) -> torch.Tensor:
         # A 0-d tensor (no dim 0, OUT_OF_RANGE) is gathered as one row.
@@ -391,3 +400,24 @@ def gather_uneven(data: Any) -> Any:
         return torch.cat([chunk[:size] for chunk, size in zip(chunks, sizes, strict=True)])
 
     return recursively_apply(gather_one, data, error_on_other_type=True, name="gather_uneven")
+
+
+def _uneven_from_payloads(agreement: Agreement, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Return each tensor's rows of every rank, in rank order, read from the header exchange's
+    payloads: each rank laid its pieces out as `tensor_bytes` and `payload_layout` do, with the
+    dim-0 sizes every rank now knows, so each rank's offsets can be worked out here."""
+    payloads, sizes = agreement.payloads, agreement.sizes or []
+    likes = [tensor if tensor.ndim else tensor.unsqueeze(0) for tensor in tensors]
+    rows = [[1 if size == OUT_OF_RANGE else size for size in per_rank] for per_rank in sizes]
+    row_bytes = [math.prod(like.shape[1:]) * like.element_size() for like in likes]
+    spans: list[list[tuple[int, int]]] = [[] for _ in tensors]
+    for rank in range(len(rows[0]) if rows else 0):
+        lengths = [tensor_rows[rank] * size for tensor_rows, size in zip(rows, row_bytes, strict=True)]
+        offsets = payload_layout(lengths)
+        assert offsets is not None  # at least one tensor
+        for index, (start, length) in enumerate(zip(offsets[0], lengths, strict=True)):
+            spans[index].append((start, length))
+    return [
+        unpack_spans(payloads, tensor_spans, like, sum(tensor_rows))
+        for tensor_spans, like, tensor_rows in zip(spans, likes, rows, strict=True)
+    ]
