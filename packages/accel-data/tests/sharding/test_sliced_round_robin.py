@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
+from accel_data.samplers.seedable import SeedableRandomSampler
 from accel_data.samplers.synchronized import SynchronizedRandomSampler
 from accel_data.sharding.batch_sampler import BatchSamplerShard
 
@@ -67,3 +68,48 @@ def test_the_sliced_path_is_taken_only_where_a_pass_is_one_list() -> None:
     assert dealt._pass_indices() is None
     assert torch.equal(own_generator.generator.get_state(), state), "nothing drawn when not sliced"
     assert BatchSamplerShard(_OtherBatchSampler(range(10), 2, False), num_processes=2)._pass_indices() is None
+
+
+def _seedable_passes(batch_sampler_type: type, size: int, batch: int, n: int, rank: int, drop_last: bool,
+                     even: bool, split: bool) -> tuple[list[list[list[int]]], int, torch.Tensor]:  # fmt: skip
+    sampler = SeedableRandomSampler(range(size), data_seed=7)
+    batches = batch_sampler_type(sampler, batch * n if split else batch, drop_last)
+    shard = BatchSamplerShard(
+        batches, num_processes=n, process_index=rank, even_batches=even, split_batches=split
+    )
+    passes = [list(shard), list(shard)]  # no set_epoch between them: a pass run to its end advances it
+    assert sampler.generator is not None
+    return passes, sampler.epoch, sampler.generator.get_state()
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["round robin", "split batches"])
+def test_a_seedable_sampler_sliced_yields_and_ends_each_pass_as_when_dealt(split: bool) -> None:
+    # use_seedable_sampler=True: the order is seed + epoch's, and a pass run to its end moves the
+    # sampler to the next epoch and leaves its generator as torch's RandomSampler leaves it.
+    checked = 0
+    for size, batch, n, drop_last, even in itertools.product(
+        [0, 1, 5, 33, 64, 100], [1, 3, 8], [2, 3], [False, True], [False, True]
+    ):
+        for rank in range(n):
+            arguments = (size, batch, n, rank, drop_last, even, split)
+            sliced, sliced_epoch, sliced_state = _seedable_passes(BatchSampler, *arguments)
+            dealt, dealt_epoch, dealt_state = _seedable_passes(_OtherBatchSampler, *arguments)
+            assert sliced == dealt, arguments
+            assert sliced_epoch == dealt_epoch == 2, arguments
+            assert torch.equal(sliced_state, dealt_state), arguments
+            if size >= 33 and not (drop_last and len(sliced[0]) == 0):
+                assert sliced[0] != sliced[1], arguments  # the second pass shuffled anew
+            checked += len(sliced[0])
+    assert checked > 300
+
+
+def test_a_seedable_pass_left_early_does_not_advance_the_epoch() -> None:
+    sampler = SeedableRandomSampler(range(100), data_seed=7)
+    shard = BatchSamplerShard(BatchSampler(sampler, 3, False), num_processes=2)
+    batches = iter(shard)
+    first = next(batches)
+    del batches
+    assert sampler.epoch == 0
+    assert next(iter(shard)) == first  # the same epoch's order again
+    replaced = SeedableRandomSampler(range(10), replacement=True, data_seed=7)
+    assert BatchSamplerShard(BatchSampler(replaced, 2, False), num_processes=2)._pass_indices() is None

@@ -79,5 +79,28 @@ class SeedableRandomSampler(RandomSampler):
             yield from super().__iter__()
         self.set_epoch(self.epoch + 1)
 
+    def pass_indices(self) -> list[int] | None:
+        """Seed and draw the next pass as `iter` would, and return all its indices at once (what a
+        sharded loader slices its batches from, calling `pass_ended` once it has yielded the last
+        of them); None, drawing nothing, where the pass draws as it goes (replacement, or a
+        `num_samples` other than the dataset's length)."""
+        if self.replacement or self.num_samples != len(self.data_source):
+            return None
+        if self.generator is None:
+            self.generator = _default_device_generator()
+        self.generator.manual_seed(self.initial_seed + self.epoch)
+        size = len(self.data_source)
+        return torch.randperm(size, generator=self.generator).tolist() if size else []
+
+    def pass_ended(self) -> None:
+        """End a pass handed over by `pass_indices` as `iter` ends one: RandomSampler's last draw
+        (the permutation it cuts to no index) leaves the generator where `iter` leaves it, and
+        the epoch advances."""
+        size = len(self.data_source)
+        if size:
+            assert self.generator is not None  # seeded by pass_indices
+            torch.randperm(size, generator=self.generator)
+        self.set_epoch(self.epoch + 1)
+
     def __len__(self) -> int:
         return self.num_samples

@@ -120,6 +120,13 @@ class BatchSamplerShard(BatchSampler):
         whole_pass = getattr(sampler, "pass_indices", None)
         return whole_pass() if callable(whole_pass) else None
 
+    def _pass_ended(self) -> None:
+        """Tell a sampler that handed its pass over whole that the pass ran to its end (a
+        `SeedableRandomSampler` then finishes it as its own iterator would: the next epoch)."""
+        ended = getattr(self.sampler, "pass_ended", None)
+        if callable(ended):
+            ended()
+
     def _iter_round_robin(self) -> Iterator[list[int]]:
         n, rank, size = self.num_processes, self.process_index, self.batch_size
         pad_needed = self.even_batches and not self.drop_last
@@ -146,23 +153,23 @@ class BatchSamplerShard(BatchSampler):
                 if len(pending) == n and (size is None or len(batch) == size):
                     yield pending[rank]
                     pending = []
-        if not pending or self.drop_last:
-            return
-        if not self.even_batches:
+        if pending and not self.drop_last and not self.even_batches:
             if rank < len(pending):
                 yield pending[rank]
-            return
-        if size is None:
-            # Without a known batch size, whole batches from the start fill the round.
-            filler_batches = itertools.cycle(first_batches)
-            while len(pending) < n:
-                pending.append(next(filler_batches))
-        else:
-            filler = self._padding_source(first_items)
-            pending[-1] = list(pending[-1]) + [next(filler) for _ in range(size - len(pending[-1]))]
-            while len(pending) < n:
-                pending.append([next(filler) for _ in range(size)])
-        yield pending[rank]
+        elif pending and not self.drop_last:
+            if size is None:
+                # Without a known batch size, whole batches from the start fill the round.
+                filler_batches = itertools.cycle(first_batches)
+                while len(pending) < n:
+                    pending.append(next(filler_batches))
+            else:
+                filler = self._padding_source(first_items)
+                pending[-1] = list(pending[-1]) + [next(filler) for _ in range(size - len(pending[-1]))]
+                while len(pending) < n:
+                    pending.append([next(filler) for _ in range(size)])
+            yield pending[rank]
+        if indices is not None:
+            self._pass_ended()
 
     def _iter_split(self) -> Iterator[list[int]]:
         share = self.per_process_batch_size
@@ -179,6 +186,7 @@ class BatchSamplerShard(BatchSampler):
                 last += [next(filler) for _ in range(size - len(last))]
             if last[start:end]:
                 yield last[start:end]
+            self._pass_ended()
             return
         first_items: list[int] = []
         for batch in self.batch_sampler:
