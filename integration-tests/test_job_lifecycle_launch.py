@@ -76,12 +76,16 @@ def test_crashing_rank_ends_job_launch(tmp_path):
 def test_finished_three_process_jobs_exit_zero_every_time_launch(tmp_path):
     script = tmp_path / "finish.py"
     script.write_text(FINISHING)
+    # The abort's cause (a gloo thread alive as the interpreter ends) is asserted directly, job by
+    # job and teardown by teardown, in test_exit_teardown_launch.py; these runs check the symptom
+    # end to end, each a 3-process job on 2 cores (about 10 s).
+    runs = 5
     codes, aborts = [], 0
-    for _ in range(20):
+    for _ in range(runs):
         result = launch_script(script, 3, timeout=120)
         codes.append(result.returncode)
         aborts += "terminate called" in result.stderr
-    assert codes == [0] * 20, codes
+    assert codes == [0] * runs, codes
     assert aborts == 0
 
 
