@@ -93,3 +93,26 @@ def test_backward_counts_itself_so_zero_grad_keeps_pending_gradients(mode):
         optimizer.step()
         optimizer.zero_grad()
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("mode", ["no", "bf16", "fp16"])
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_direct_backward_and_step_train_to_the_weights_of_the_backends(mode, accumulation):
+    # Without a scaler and accumulation the facade calls loss.backward() and the optimizer wrapper
+    # optimizer.step() itself; through the backend both must give the same weights, bit for bit.
+    def train(direct: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        accelerator = Accelerator(mixed_precision=mode, gradient_accumulation_steps=accumulation)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+        model, optimizer = accelerator.prepare(model, torch.optim.AdamW(model.parameters(), lr=0.1))
+        assert accelerator._plain_backward is optimizer._plain_step is (mode != "fp16")
+        accelerator._plain_backward = optimizer._plain_step = direct and mode != "fp16"
+        for _ in range(4):
+            with accelerator.accumulate(model):
+                accelerator.backward(model(torch.randn(3, 4)).pow(2).mean())
+                optimizer.step()
+                optimizer.zero_grad()
+        return [parameter.detach().clone() for parameter in model.parameters()]
+
+    for direct, through_backend in zip(train(True), train(False), strict=True):
+        assert torch.equal(direct, through_backend)

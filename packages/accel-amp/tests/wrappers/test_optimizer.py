@@ -148,3 +148,39 @@ def test_lr_scheduler_on_the_wrapper_drives_the_inner_optimizer():
     optimizer.step()
     scheduler.step()
     assert inner.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+class _CountingStepper:
+    """A stepper that records its steps; `plain_steps` says whether the wrapper may bypass it."""
+
+    def __init__(self, plain_steps: bool) -> None:
+        self.plain_steps = plain_steps
+        self.steps = 0
+
+    def optimizer_step(self, optimizer, closure=None):
+        self.steps += 1
+        return optimizer.step(closure), True  # says "skipped" so that the test can tell it ran
+
+    def unscale_gradients(self, optimizer) -> None:
+        return None
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_the_stepper_is_bypassed_only_when_its_step_is_plain(plain):
+    param, inner = _setup()
+    stepper = _CountingStepper(plain)
+    optimizer = AcceleratedOptimizer(inner, stepper=stepper)
+    _backward(param)
+    closure_calls = []
+    result = optimizer.step(lambda: closure_calls.append(1) or 5.0)
+    assert param.tolist() == pytest.approx([0.7, 1.6])  # the step ran once either way
+    assert result == 5.0 and closure_calls == [1]
+    assert stepper.steps == (0 if plain else 1)
+    assert optimizer.step_was_skipped is (not plain)
+
+
+def test_a_loss_scaler_is_plain_only_without_a_scaler():
+    from accel_amp.precision.loss_scaling import LossScaler
+
+    assert LossScaler().plain_steps is True
+    assert LossScaler(torch.amp.GradScaler("cpu")).plain_steps is False

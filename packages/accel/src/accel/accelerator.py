@@ -125,6 +125,7 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
             mixed_precision, gradient_accumulation_steps, gradient_accumulation_plugin
         )
         self.backend = create_backend(self.state.distributed_type, self.state.partial_state, options)
+        self._plain_backward = self.backend.plain_steps  # the precision (its scaler) is settled here
         # An engine with its own config may settle the precision (its JSON): the state reports it.
         self.state.mixed_precision = self.backend.precision.mode
         self.step = 0
@@ -356,8 +357,12 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
     # The training step ----------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16 (by the backend)."""
-        self.gradient_state.note_backward()
-        self.backend.backward(loss, **kwargs)
+        gradient_state = self.gradient_state
+        gradient_state.backward_calls += 1  # lets an optimizer tell whether gradients are pending
+        if self._plain_backward and gradient_state.num_steps == 1:
+            loss.backward(**kwargs)  # what the backend would call: nothing to divide or scale
+        else:
+            self.backend.backward(loss, **kwargs)
 
     def _sync_this_step(self) -> bool:
         gradient_state = self.gradient_state

@@ -21,6 +21,11 @@ class LossScaler:
         self.scaler = scaler
         self._unscaled: set[int] = set()  # id() of optimizers unscaled since their last step
 
+    @property
+    def plain_steps(self) -> bool:
+        """True without a scaler: `optimizer_step` is then the optimizer's own step."""
+        return self.scaler is None
+
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """Return the loss to call backward on; voids earlier unscales (new gradients arrive scaled)."""
         if self.scaler is None:

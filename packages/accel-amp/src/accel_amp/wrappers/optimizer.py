@@ -15,6 +15,10 @@ from accel_state.process_group import collective_log
 class Stepper(Protocol):
     """Who applies a step and unscales gradients: the backend (or, alone, a `LossScaler`)."""
 
+    # True when its optimizer_step is the optimizer's own step, never skipped: the wrapper then
+    # calls that step itself.
+    plain_steps: bool
+
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
     ) -> tuple[Any, bool]: ...
@@ -43,6 +47,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self.scaler = scaler
         self.stepper: Stepper = stepper if stepper is not None else LossScaler(scaler)
+        self._plain_step = self.stepper.plain_steps
         self.gradient_state = GradientState()
         self._step_was_skipped = False
         self._stepped_since_clear = False
@@ -134,7 +139,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """Step on real steps only (not accumulation steps); fp16 may skip one on overflow."""
         if not self.gradient_state.sync_gradients:
             return None
-        result, self._step_was_skipped = self.stepper.optimizer_step(self.optimizer, closure)
+        if self._plain_step:  # what the stepper would call, less its frame
+            result = self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+            self._step_was_skipped = False
+        else:
+            result, self._step_was_skipped = self.stepper.optimizer_step(self.optimizer, closure)
         collective_log.note_progress()  # the hang watchdog's heartbeat
         self._stepped_since_clear = True  # a skipped (overflowed) step consumed its gradients too
         return result

@@ -25,6 +25,17 @@ class PrecisionSteps:
     gradient_state: GradientState
     precision: Precision
 
+    @property
+    def plain_steps(self) -> bool:
+        """True without a loss scaler, unless a backend changes backward or optimizer_step (XLA
+        reduces gradients in its step): the calls below are then the loss's and the optimizer's own."""
+        backend = type(self)
+        return (
+            self.precision.scaler is None
+            and backend.backward is PrecisionSteps.backward
+            and backend.optimizer_step is PrecisionSteps.optimizer_step
+        )
+
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         steps = self.gradient_state.num_steps
         if steps > 1:

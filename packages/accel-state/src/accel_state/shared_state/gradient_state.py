@@ -103,10 +103,6 @@ class GradientState:
         """Say whether this step all-reduces and steps (False on accumulation steps)."""
         self.sync_gradients = sync
 
-    def note_backward(self) -> None:
-        """Count a backward pass, so that an optimizer can tell whether gradients are pending."""
-        self.backward_calls += 1
-
     # Accelerate's names.
     _add_dataloader = register_loader
     _remove_dataloader = unregister_loader

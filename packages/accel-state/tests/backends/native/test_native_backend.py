@@ -68,3 +68,23 @@ def test_backward_and_no_sync_on_a_plain_module():
     with backend.no_sync(torch.nn.Linear(1, 1)):
         backend.backward(param * param)
     assert param.grad.item() == 4.0
+
+
+def test_steps_are_plain_only_without_a_scaler_and_with_the_shared_step():
+    # plain_steps lets the facade and the optimizer wrapper call backward and step themselves: a
+    # scaler, or a backend whose step does more (XLA reduces gradients in it), must say False.
+    backend = NativeBackend(PartialState())
+    assert backend.precision.scaler is None and backend.plain_steps is True
+    backend.precision.scaler = torch.amp.GradScaler("cpu")
+    assert backend.plain_steps is False
+
+    class ReducingBackend(NativeBackend):
+        def optimizer_step(self, optimizer, closure=None):
+            return super().optimizer_step(optimizer, closure)
+
+    class DividingBackend(NativeBackend):
+        def backward(self, loss, **kwargs):
+            super().backward(loss, **kwargs)
+
+    assert ReducingBackend(PartialState()).plain_steps is False
+    assert DividingBackend(PartialState()).plain_steps is False
