@@ -15,9 +15,10 @@ from accel_state.process_group import collective_log
 class Stepper(Protocol):
     """Who applies a step and unscales gradients: the backend (or, alone, a `LossScaler`)."""
 
-    # True when its optimizer_step is the optimizer's own step, never skipped: the wrapper then
-    # calls that step itself.
-    plain_steps: bool
+    @property
+    def plain_steps(self) -> bool:
+        """True when its optimizer_step is the optimizer's own step, never skipped: the wrapper
+        then calls that step itself."""
 
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None

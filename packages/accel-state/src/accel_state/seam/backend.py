@@ -154,10 +154,12 @@ class Backend(Protocol):
     # The plugin it runs with (`BackendOptions.plugin`, or the one it built from the launcher's
     # variables), or None; the facade returns it under Accelerate's property of its type.
     plugin: Any
-    # Whether its backward is the loss's own (divided over an accumulation window) and its
-    # optimizer step the optimizer's own: nothing scaled, reduced or run by an engine. The facade
-    # and the optimizer wrapper then make those calls themselves, a frame fewer each a step.
-    plain_steps: bool
+
+    @property
+    def plain_steps(self) -> bool:
+        """Whether its backward is the loss's own (divided over an accumulation window) and its
+        optimizer step the optimizer's own: nothing scaled, reduced or run by an engine. The facade
+        and the optimizer wrapper then make those calls themselves, a frame fewer each a step."""
 
     def to_host(self, data: Any) -> Any:
         """Return `data` with every tensor a file cannot hold where it lives (a lazy device's)
@@ -264,7 +266,11 @@ class BackendDefaults:
     # wrapper); where it is False, join_uneven_inputs warns and does nothing, as Accelerate does.
     supports_join: bool = False
     plugin: Any = None
-    plain_steps: bool = False
+
+    @property
+    def plain_steps(self) -> bool:
+        """False: backward and optimizer steps go through this backend's own methods."""
+        return False
 
     @property
     def checkpoint_format(self) -> str:
