@@ -179,6 +179,24 @@ def test_the_stepper_is_bypassed_only_when_its_step_is_plain(plain):
     assert optimizer.step_was_skipped is (not plain)
 
 
+@pytest.mark.parametrize("plain", [True, False])
+def test_every_real_step_is_the_hang_watchdogs_heartbeat_and_an_accumulation_step_is_not(plain):
+    from accel_state.process_group import collective_log
+
+    param, inner = _setup()
+    optimizer = AcceleratedOptimizer(inner, stepper=_CountingStepper(plain))
+    _backward(param)
+    before = collective_log.progress
+    optimizer.step()
+    assert collective_log.progress == before + 1
+    GradientState()._set_sync_gradients(False)
+    try:
+        optimizer.step()  # inside an accumulation window: no step, no progress
+    finally:
+        GradientState()._set_sync_gradients(True)
+    assert collective_log.progress == before + 1
+
+
 def test_a_loss_scaler_is_plain_only_without_a_scaler():
     from accel_amp.precision.loss_scaling import LossScaler
 

@@ -113,3 +113,40 @@ def test_a_seedable_pass_left_early_does_not_advance_the_epoch() -> None:
     assert next(iter(shard)) == first  # the same epoch's order again
     replaced = SeedableRandomSampler(range(10), replacement=True, data_seed=7)
     assert BatchSamplerShard(BatchSampler(replaced, 2, False), num_processes=2)._pass_indices() is None
+
+
+@pytest.mark.parametrize("kind", ["sequential", "shuffled"])
+def test_a_round_robin_pass_runs_no_python_frame_of_ours_between_its_first_and_last_round(kind: str) -> None:
+    import sys
+
+    torch.manual_seed(100 * 1000 + 4)  # the shuffle `_batches` draws
+    shard = BatchSamplerShard(BatchSampler(_sampler(kind, 100), 4, False), num_processes=2, process_index=1)
+    batches = iter(shard)
+    first = next(batches)
+    ours: list[str] = []
+
+    def record(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call" and "accel_data" in frame.f_code.co_filename:
+            ours.append(frame.f_code.co_name)
+
+    sys.setprofile(record)
+    try:
+        middle = [next(batches) for _ in range(9)]
+    finally:
+        sys.setprofile(None)
+    assert ours == [], ours
+    rest = list(batches)  # the last round (and the pass's end) run our code again
+    assert [first, *middle, *rest] == _batches(_OtherBatchSampler, kind, 100, 4, 2, 1, False, True, False)
+    assert len(rest) == 3 and all(type(batch) is list for batch in middle)
+
+
+def test_iter_alone_draws_no_shuffle() -> None:
+    sampler = SeedableRandomSampler(range(10), data_seed=3)
+    shard = BatchSamplerShard(BatchSampler(sampler, 2, False), num_processes=2)
+    epoch = sampler.epoch
+    assert sampler.generator is None  # seeded by the first draw of a pass
+    batches = iter(shard)
+    assert sampler.generator is None, "iter alone drew the pass"
+    assert len(next(batches)) == 2
+    list(batches)
+    assert sampler.epoch == epoch + 1  # the pass ran to its end

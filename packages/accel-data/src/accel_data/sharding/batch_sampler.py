@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
+from typing import cast
 
 from torch.utils.data import BatchSampler, Sampler, SequentialSampler
 
@@ -128,31 +129,53 @@ class BatchSamplerShard(BatchSampler):
             ended()
 
     def _iter_round_robin(self) -> Iterator[list[int]]:
+        # The loader asks for a batch per step: its whole rounds come from a chain of C iterators
+        # (no Python frame of ours resumed a batch); only the pass's start and end run here.
+        return itertools.chain.from_iterable(self._round_robin_pieces())
+
+    def _round_robin_pieces(self) -> Iterator[Iterable[list[int]]]:
+        """Yield this rank's batches of one pass in pieces: the whole rounds, then the last round."""
         n, rank, size = self.num_processes, self.process_index, self.batch_size
         pad_needed = self.even_batches and not self.drop_last
+        # Drawn here, at the first batch asked for: nothing is drawn by `iter` alone.
+        indices = self._pass_indices() if size is not None else None
+        if indices is None or size is None:
+            yield self._round_robin_from_batches(pad_needed)
+            return
+        total, stride = len(indices), n * size
+        whole_rounds = (total // size) // n  # rounds of n full batches, this rank's taken as they come
+        starts = range(rank * size, whole_rounds * stride, stride)
+        slices = map(indices.__getitem__, map(slice, starts, map(size.__add__, starts)))
+        # A list's slices are lists already; a range's are ranges.
+        yield cast(Iterable[list[int]], slices) if type(indices) is list else map(list, slices)
+        batches = total // size if self.drop_last else -(-total // size)
+        pending = [list(indices[k * size : (k + 1) * size]) for k in range(whole_rounds * n, batches)]
+        # Padding takes the first round's samples (a batch size is known: no whole batches needed).
+        first_items = list(indices[: n * size]) if pad_needed else []
+        yield self._last_round(pending, first_items, [])
+        self._pass_ended()
+
+    def _round_robin_from_batches(self, pad_needed: bool) -> Iterator[list[int]]:
+        """Deal the underlying batch sampler's batches as they come (any batch sampler)."""
+        n, rank, size = self.num_processes, self.process_index, self.batch_size
         first_items: list[int] = []
         first_batches: list[list[int]] = []
         pending: list[list[int]] = []
-        # Drawn here, in the generator: nothing is drawn before the first batch is asked for.
-        indices = self._pass_indices() if size is not None else None
-        if indices is not None and size is not None:
-            total, stride = len(indices), n * size
-            whole_rounds = (total // size) // n  # rounds of n full batches, yielded as they come
-            for start in range(rank * size, whole_rounds * stride, stride):
-                yield list(indices[start : start + size])
-            batches = total // size if self.drop_last else -(-total // size)
-            pending = [list(indices[k * size : (k + 1) * size]) for k in range(whole_rounds * n, batches)]
-            if pad_needed:  # the first round's samples (a batch size is known: no whole batches needed)
-                first_items = list(indices[: n * size])
-        else:
-            for batch in self.batch_sampler:
-                if pad_needed and len(first_batches) < n:
-                    first_batches.append(list(batch))
-                    first_items.extend(batch)
-                pending.append(batch)
-                if len(pending) == n and (size is None or len(batch) == size):
-                    yield pending[rank]
-                    pending = []
+        for batch in self.batch_sampler:
+            if pad_needed and len(first_batches) < n:
+                first_batches.append(list(batch))
+                first_items.extend(batch)
+            pending.append(batch)
+            if len(pending) == n and (size is None or len(batch) == size):
+                yield pending[rank]
+                pending = []
+        yield from self._last_round(pending, first_items, first_batches)
+
+    def _last_round(
+        self, pending: list[list[int]], first_items: list[int], first_batches: list[list[int]]
+    ) -> Iterator[list[int]]:
+        """Yield this rank's batch of the pass's incomplete last round, padded under even_batches."""
+        n, rank, size = self.num_processes, self.process_index, self.batch_size
         if pending and not self.drop_last and not self.even_batches:
             if rank < len(pending):
                 yield pending[rank]
@@ -168,8 +191,6 @@ class BatchSamplerShard(BatchSampler):
                 while len(pending) < n:
                     pending.append([next(filler) for _ in range(size)])
             yield pending[rank]
-        if indices is not None:
-            self._pass_ended()
 
     def _iter_split(self) -> Iterator[list[int]]:
         share = self.per_process_batch_size

@@ -7,7 +7,9 @@ The log is a ring of the last CAPACITY entries, always on, so it must stay cheap
 found by walking `sys._getframe` with a per-code-object cache of "is this frame ours" (no
 `inspect.stack()`, which reads source files), and inputs are summarised as the dtype and shape
 objects torch already holds, turned into text only when a report is written. `progress` counts
-collectives entered and left and optimizer steps: the hang watchdog's heartbeat.
+collectives entered and left and optimizer steps: the hang watchdog's heartbeat. Code outside this
+module that makes progress (an optimizer step) adds to it in place, `collective_log.progress += 1`:
+a call there would cost a frame on every step for one integer.
 """
 
 from __future__ import annotations
@@ -188,12 +190,6 @@ def leave(entry: Entry) -> None:
     progress += 1
     if _current is entry:
         _current = None
-
-
-def note_progress() -> None:
-    """Record progress outside collectives (an optimizer step), for the hang watchdog."""
-    global progress
-    progress += 1
 
 
 def current() -> Entry | None:
