@@ -98,8 +98,9 @@ def test_backward_counts_itself_so_zero_grad_keeps_pending_gradients(mode):
 @pytest.mark.parametrize("mode", ["no", "bf16", "fp16"])
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_direct_backward_and_step_train_to_the_weights_of_the_backends(mode, accumulation):
-    # Without a scaler and accumulation the facade calls loss.backward() and the optimizer wrapper
-    # optimizer.step() itself; through the backend both must give the same weights, bit for bit.
+    # Without a scaler the facade divides the loss over the window and calls its backward() itself,
+    # and the optimizer wrapper calls optimizer.step(); through the backend both must give the same
+    # weights, bit for bit.
     def train(direct: bool) -> list[torch.Tensor]:
         torch.manual_seed(0)
         accelerator = Accelerator(mixed_precision=mode, gradient_accumulation_steps=accumulation)

@@ -359,19 +359,11 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         """Backpropagate `loss`, divided for gradient accumulation and scaled for fp16 (by the backend)."""
         gradient_state = self.gradient_state
         gradient_state.backward_calls += 1  # lets an optimizer tell whether gradients are pending
-        if self._plain_backward and gradient_state.num_steps == 1:
-            loss.backward(**kwargs)  # what the backend would call: nothing to divide or scale
+        if self._plain_backward:  # what the backend would do, less its frame: divide, no scaling
+            steps = gradient_state.num_steps
+            (loss if steps == 1 else loss / steps).backward(**kwargs)
         else:
             self.backend.backward(loss, **kwargs)
-
-    def _sync_this_step(self) -> bool:
-        gradient_state = self.gradient_state
-        if gradient_state.sync_with_dataloader and gradient_state.end_of_dataloader:
-            # The last batch always steps, and the next pass starts a fresh accumulation window.
-            self.step = 0
-            return True
-        self.step += 1
-        return self.step % gradient_state.num_steps == 0
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager:
         """Accumulate gradients locally on non-sync steps; all-reduce and step on sync steps.
@@ -380,8 +372,15 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
         (or nothing to enter): no generator and no ExitStack of accel's on every batch.
         """
         gradient_state = self.gradient_state
-        sync = self._sync_this_step()
-        gradient_state.set_sync_gradients(sync)
+        # Decided in line (no call of ours a batch): the last batch always steps, and the next
+        # pass starts a fresh accumulation window.
+        if gradient_state.sync_with_dataloader and gradient_state.end_of_dataloader:
+            self.step = 0
+            sync = True
+        else:
+            self.step += 1
+            sync = self.step % gradient_state.num_steps == 0
+        gradient_state.sync_gradients = sync
         # sync_each_batch: all-reduce every batch (no no_sync), still stepping every num_steps.
         if sync or (gradient_state.sync_each_batch and self.use_distributed):
             return _NOTHING_TO_ENTER

@@ -121,20 +121,22 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if self.gradient_state.sync_gradients:
             self.stepper.unscale_gradients(self.optimizer)
 
-    def _gradients_pending(self) -> bool:
-        return self.gradient_state.backward_calls != self._backward_calls_at_clear
-
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear gradients, except those no step has applied yet inside an accumulation window."""
-        if self.gradient_state.num_steps > 1:
-            # Inside an accumulation window: keep gradients no step has applied yet.
-            if not self._stepped_since_clear and self._gradients_pending():
+        gradient_state = self.gradient_state
+        if gradient_state.num_steps > 1:
+            # Inside an accumulation window: keep gradients no step has applied yet (pending ones,
+            # counted in line: no call of ours on every micro-step).
+            if (
+                not self._stepped_since_clear
+                and gradient_state.backward_calls != self._backward_calls_at_clear
+            ):
                 return
-        elif not self.gradient_state.sync_gradients:
+        elif not gradient_state.sync_gradients:
             return
         self.optimizer.zero_grad(set_to_none=set_to_none)
         self._stepped_since_clear = False
-        self._backward_calls_at_clear = self.gradient_state.backward_calls
+        self._backward_calls_at_clear = gradient_state.backward_calls
 
     def step(self, closure: Callable[[], float] | None = None) -> Any:
         """Step on real steps only (not accumulation steps); fp16 may skip one on overflow."""
