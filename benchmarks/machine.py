@@ -7,8 +7,17 @@ import platform
 import re
 import socket
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 DISTRIBUTIONS = ("torch", "accel", "accelerate", "deepspeed", "matplotlib")
+
+# The instruction sets that choose torch's CPU kernels. A virtual machine may name its CPU only
+# "AMD EPYC" on hosts of two generations: one without avx512_bf16 ran the bf16 MLP 6x and the bf16
+# encoder 17x slower than one a day before, so a bf16 figure is only comparable on the same set.
+KERNEL_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile")
+# What tells two machines apart in results (`report.check_comparable`).
+IDENTITY = ("hostname", "cpu", "cores", "cpu_id", "isa")
 
 
 def cpu_model() -> str:
@@ -21,6 +30,38 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """Return the CPU's vendor, family, model and stepping (`cpu_id`) and which of `KERNEL_ISA` it
+    has (`isa`, space-separated, "" for none) from Linux's cpuinfo; {} where there is none."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block describes them all
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "flags" not in fields:
+        return {}
+    parts = [fields.get("vendor_id", "")] + [
+        f"{name} {fields[name]}" for name in ("cpu family", "model", "stepping") if name in fields
+    ]
+    flags = set(fields["flags"].split())
+    return {
+        "cpu_id": " ".join(part for part in parts if part).replace("cpu family", "family"),
+        "isa": " ".join(name for name in KERNEL_ISA if name in flags),
+    }
+
+
+def label(machine: dict[str, Any]) -> str:
+    """Return how results name the CPU: its model and, where recorded, its identity and kernel ISA."""
+    if "cpu_id" not in machine:
+        return str(machine.get("cpu", "?"))
+    return f"{machine.get('cpu', '?')}, {machine['cpu_id']}, {machine['isa'] or 'no AVX2'}"
 
 
 def cpu_times() -> list[int] | None:
@@ -49,10 +90,11 @@ def steal_percent(before: list[int] | None, after: list[int] | None) -> float | 
 
 
 def describe() -> dict[str, str | int]:
-    """Return hostname, CPU model, core count and OS of this machine."""
+    """Return hostname, CPU model (and identity, kernel ISA), core count and OS of this machine."""
     return {
         "hostname": socket.gethostname(),
         "cpu": cpu_model(),
+        **cpu_identity(),
         "cores": os.cpu_count() or 0,
         "platform": platform.platform(terse=True),
     }

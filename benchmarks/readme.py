@@ -10,14 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import standing, table
+from benchmarks.machine import label
 
 HOW_TO_RUN = """\
 Run them with `nox -s bench` (installs accel, `accelerate==1.15.0`, DeepSpeed and matplotlib), or
 `python -m benchmarks [--quick] [--rounds N] [--only NAME[,NAME]] [--output DIR]` in an environment
 that has them (`--update --only NAME` measures those figures again into a copy of the latest
-results, each figure dated, on the same machine and versions only; `--add-rounds --only NAME
---rounds N` measures N more rounds and pools them with the latest results' rounds of the same rows,
-each round still paired); a figure that needs what the
+results, each figure dated, on the same machine and versions only: a CPU is told by its family,
+model and the instruction sets that pick torch's kernels, not by its name; `--add-rounds --only NAME
+--rounds N` measures N more rounds and pools them with the latest results' rounds of the same rows
+measured on the same CPU, each round still paired); a figure that needs what the
 machine lacks (DeepSpeed, torch_xla, a CUDA device) is listed as skipped, with why. The XLA loop
 needs torch 2.9.0 beside torch_xla: it runs in its engine's venv,
 `nox -s "bench_engines(backend='xla')"`. Every figure measures raw PyTorch (the zero-overhead
@@ -67,7 +69,7 @@ def render(
         "",
         "## Machine",
         "",
-        f"- measured {run['date']} on `{machine['hostname']}`: {machine['cpu']}, {machine['cores']} cores, "
+        f"- measured {run['date']} on `{machine['hostname']}`: {label(machine)}, {machine['cores']} cores, "
         f"{machine['platform']}",
         "- versions: "
         + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items()),
@@ -128,6 +130,9 @@ def _updates(run: dict[str, Any]) -> list[str]:
             ]
             if earlier:
                 detail += f", pooled with the rounds of the same rows measured before: {', '.join(earlier)}"
+            measured_on = figure.get("machine", run["machine"])
+            if label(measured_on) != label(run["machine"]):
+                detail += f", on {label(measured_on)}"
             later.setdefault(figure["date"], []).append(f"{name} ({detail})")
     return [f"- measured again {date}: {', '.join(names)}" for date, names in sorted(later.items())]
 

@@ -5,11 +5,13 @@ the interval of a paired ratio's median) and whether its target was met; written
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from benchmarks import stats, targets
+from benchmarks.machine import IDENTITY
 from benchmarks.measurement import ACCEL, ACCELERATE, CONTENDERS, RAW, Measurement
 
 RATIOS = ((ACCEL, RAW), (ACCEL, ACCELERATE))
@@ -75,16 +77,33 @@ def run_record(
     }
 
 
-def check_comparable(previous: dict[str, Any], fresh: dict[str, Any], flag: str) -> None:
+def check_comparable(
+    previous: dict[str, Any], fresh: dict[str, Any], flag: str, pooled_figures: Iterable[str] = ()
+) -> None:
     """Refuse (SystemExit, one line) to combine `fresh` with `previous` unless both were measured in
-    full on the same machine with the same versions."""
+    full on the same machine with the same versions.
+
+    Rounds are pooled only with rounds of the same CPU: each of `pooled_figures` is compared with
+    the machine it was measured on. Results written before the CPU's identity was recorded
+    (`IDENTITY`) may be updated (each figure keeps the machine it was measured on) but not pooled:
+    nothing shows their rounds ran on this CPU."""
     if previous["options"].get("quick"):
         raise SystemExit(
             f"benchmarks: {flag}: the latest results are a quick run (no measurement): run every figure"
         )
-    for key in ("hostname", "cpu", "cores"):
-        if previous["machine"].get(key) != fresh["machine"].get(key):
-            there, here = previous["machine"].get(key), fresh["machine"].get(key)
+    machines = [
+        previous["figures"].get(name, {}).get("machine", previous["machine"]) for name in pooled_figures
+    ]
+    for measured_on in machines or [previous["machine"]]:
+        for key in IDENTITY:
+            there, here = measured_on.get(key), fresh["machine"].get(key)
+            if there == here or (there is None and flag == "--update"):
+                continue
+            if there is None:
+                raise SystemExit(
+                    f"benchmarks: {flag}: the latest results do not record the CPU's {key} "
+                    f"(here {here!r}): nothing shows they were measured on this CPU: run every figure"
+                )
             raise SystemExit(
                 f"benchmarks: {flag}: the latest results were measured on another machine "
                 f"({key} {there!r}, here {here!r}): run every figure"
@@ -107,7 +126,7 @@ def pooled(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     differently (another group, unit or target), one run lacks, or whose contenders have unequal
     round counts is refused, naming it.
     """
-    check_comparable(previous, fresh, "--add-rounds")
+    check_comparable(previous, fresh, "--add-rounds", fresh["figures"])
     measured_again = set(fresh["figures"])
     old_rows = {
         record["figure"]: record
@@ -130,6 +149,7 @@ def pooled(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
         figures[name] = {
             **figure,
             "date": fresh["date"],
+            "machine": fresh["machine"],
             "rounds": before["rounds"] + figure.get("rounds", fresh["options"]["rounds"]),
             "seconds": round(before.get("seconds", 0.0) + figure["seconds"], 1),
             "pooled_with": before.get("pooled_with", []) + earlier,
@@ -169,15 +189,16 @@ def _pooled_row(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def merged(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
     """Return `previous` with the figures `fresh` measured again put in place of their old rows.
 
-    Each figure keeps the date, rounds and steal of the run that measured it, so that a figure
-    re-measured on a quieter hour says so. Results of another machine or other versions are refused:
-    ratios from two machines side by side would compare what cannot be compared.
+    Each figure keeps the date, rounds, steal and machine of the run that measured it, so that a
+    figure re-measured on a quieter hour (or a CPU recorded in more detail) says so. Results of
+    another machine or other versions are refused: ratios from two machines side by side would
+    compare what cannot be compared.
     """
     check_comparable(previous, fresh, "--update")
     measured_again = set(fresh["figures"])
     figures = {}
     for run in (previous, fresh):
-        stamp = {"date": run["date"], "rounds": run["options"]["rounds"]}
+        stamp = {"date": run["date"], "rounds": run["options"]["rounds"], "machine": run["machine"]}
         figures.update({name: {**stamp, **figure} for name, figure in run["figures"].items()})
     by_module: dict[str, list[dict[str, Any]]] = {}
     for record in fresh["measurements"]:

@@ -208,6 +208,11 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(
                 f"benchmarks: --add-rounds: {latest} has no rounds of {', '.join(missing)} to add to"
             )
+    described: dict[str, Any] = machine.describe()
+    versions = machine.versions()
+    if previous is not None and flag is not None:  # checked before an hour of measuring, not after
+        pooled_figures = args.figures if args.add_rounds else ()
+        report.check_comparable(previous, {"machine": described, "versions": versions}, flag, pooled_figures)
     contenders, absent = detect_contenders()
     options = RunOptions(quick=args.quick, rounds=args.rounds, contenders=contenders)
     for name, reason in absent.items():
@@ -222,14 +227,11 @@ def main(argv: list[str] | None = None) -> None:
         figures[name]["rounds"] = args.rounds
         records += [report.measurement_record(name, measurement, args.quick) for measurement in measurements]
     now = datetime.now(timezone.utc)
-    described: dict[str, Any] = {
-        **machine.describe(),
-        "steal_pct": machine.steal_percent(run_started, machine.cpu_times()),
-    }
+    described["steal_pct"] = machine.steal_percent(run_started, machine.cpu_times())
     run = report.run_record(
         date=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         machine=described,
-        versions=machine.versions(),
+        versions=versions,
         options={
             "quick": args.quick,
             "rounds": args.rounds,

@@ -14,7 +14,7 @@ from typing import Any
 
 import tomllib
 
-from benchmarks import report, targets
+from benchmarks import machine, report, targets
 
 CAUSES = Path(__file__).resolve().parent / "causes.toml"
 
@@ -66,7 +66,7 @@ def newest(root: Path, causes_file: Path = CAUSES) -> list[Standing]:
                 wrong_side=wrong_side,
                 date=figure.get("date", run["date"]),
                 rounds=figure.get("rounds", run["options"].get("rounds")),
-                cpu=run["machine"].get("cpu", "?"),
+                cpu=machine.label(figure.get("machine", run["machine"])),
                 results=latest,
                 rounds_needed=rounds_to_decide(record),
             )

@@ -356,3 +356,101 @@ def test_add_rounds_refuses_before_measuring_where_there_is_nothing_to_add_to(tm
     report.write(run, tmp_path / "2026-12-06-094726-vm-2cpu.json")
     with pytest.raises(SystemExit, match="vm-2cpu.json has no rounds of compile to add to"):
         runner.main(arguments)
+
+
+# Which CPU measured what -------------------------------------------------------------------------
+_ZEN4_FLAGS = "fpu sse2 avx avx2 avx512f avx512_vnni avx512_bf16 sha_ni"
+
+
+def _cpuinfo(tmp_path: Path, model: int, flags: str) -> Path:
+    block = (
+        f"processor\t: {{n}}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: {model}\n"
+        f"model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: {flags}\n"
+    )
+    path = tmp_path / f"cpuinfo-{model}"
+    path.write_text(block.format(n=0) + "\n" + block.format(n=1))
+    return path
+
+
+def test_two_cpus_of_one_model_name_are_told_apart_by_identity_and_kernel_instruction_sets(
+    tmp_path: Path,
+) -> None:
+    # Both hosts call their CPU "AMD EPYC"; only one runs torch's bf16 kernels in hardware.
+    from benchmarks import machine
+
+    zen3 = machine.cpu_identity(_cpuinfo(tmp_path, 1, "fpu sse2 avx avx2 sha_ni"))
+    zen4 = machine.cpu_identity(_cpuinfo(tmp_path, 17, _ZEN4_FLAGS))
+    assert zen3 == {"cpu_id": "AuthenticAMD family 25 model 1 stepping 1", "isa": "avx2"}
+    assert zen4 == {
+        "cpu_id": "AuthenticAMD family 25 model 17 stepping 1",
+        "isa": "avx2 avx512f avx512_bf16 avx512_vnni",
+    }
+    assert machine.cpu_identity(tmp_path / "absent") == {}
+    assert (
+        machine.label({"cpu": "AMD EPYC", **zen3})
+        == "AMD EPYC, AuthenticAMD family 25 model 1 stepping 1, avx2"
+    )
+    assert machine.label({"cpu": "AMD EPYC"}) == "AMD EPYC"  # results written before the identity
+
+
+def _on(run: dict[str, Any], cpu_id: str | None, isa: str | None) -> dict[str, Any]:
+    if cpu_id is not None:
+        run["machine"].update(cpu_id=cpu_id, isa=isa)
+    return run
+
+
+def test_rounds_pool_only_with_rounds_of_the_same_cpu() -> None:
+    previous = _on(
+        _figure_run("2026-12-06T09:47:26Z", {"training": [1.0] * 5}, 5), "AMD f25 m17", "avx2 avx512_bf16"
+    )
+    other_isa = _on(_figure_run("2026-12-07T12:00:00Z", {"training": [1.0] * 3}, 3), "AMD f25 m17", "avx2")
+    with pytest.raises(SystemExit, match=r"another machine \(isa 'avx2 avx512_bf16', here 'avx2'\)"):
+        report.pooled(previous, other_isa)
+    unrecorded = _figure_run("2026-12-06T09:47:26Z", {"training": [1.0] * 5}, 5)
+    with pytest.raises(SystemExit, match=r"do not record the CPU's cpu_id \(here 'AMD f25 m1'\)"):
+        report.pooled(
+            unrecorded,
+            _on(_figure_run("2026-12-07T12:00:00Z", {"training": [1.0] * 3}, 3), "AMD f25 m1", "avx2"),
+        )
+    same = _on(
+        _figure_run("2026-12-07T12:00:00Z", {"training": [1.0] * 3}, 3), "AMD f25 m17", "avx2 avx512_bf16"
+    )
+    assert report.pooled(previous, same)["figures"]["training"]["rounds"] == 8
+
+
+def test_rounds_pool_with_the_cpu_that_measured_the_figure_not_the_first_run(tmp_path: Path) -> None:
+    # A full run of old, then one figure measured again on a recorded CPU: more rounds of that
+    # figure pool with it on that CPU, and each figure names its own CPU where targets stand.
+    full = _figure_run("2026-12-03T12:59:29Z", {"startup": [1.0] * 3, "training": [1.0] * 3})
+    zen3 = _on(_figure_run("2026-12-07T07:06:24Z", {"training": [1.0] * 5}, 5), "AMD f25 m1", "avx2")
+    updated = report.merged(full, zen3)
+    assert updated["figures"]["startup"]["machine"]["cpu"] == "a CPU"
+    assert updated["figures"]["training"]["machine"]["cpu_id"] == "AMD f25 m1"
+    more = _on(_figure_run("2026-12-07T12:00:00Z", {"training": [1.0] * 3}, 3), "AMD f25 m1", "avx2")
+    assert report.pooled(updated, more)["figures"]["training"]["rounds"] == 8
+    with pytest.raises(SystemExit, match="do not record the CPU's cpu_id"):
+        report.pooled(
+            updated, _on(_figure_run("2026-12-07T12:00:00Z", {"startup": [1.0] * 3}, 3), "AMD f25 m1", "avx2")
+        )
+    text = readme.render(updated, tmp_path / "run.json", tmp_path / "README.md")
+    assert (
+        "- measured again 2026-12-07T07:06:24Z: training (5 rounds, steal 20%, on a CPU, AMD f25 m1, avx2)"
+        in text
+    )
+
+
+def test_a_run_on_another_machine_is_refused_before_anything_is_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import runner
+
+    def measured(*_: Any) -> Any:
+        raise AssertionError("measured before the machine was checked")
+
+    monkeypatch.setattr(runner, "run_figure", measured)
+    elsewhere = _figure_run("2026-12-06T09:47:26Z", {"startup": [1.0] * 3}, 3)
+    elsewhere["machine"]["hostname"] = "another-host"
+    report.write(elsewhere, tmp_path / "2026-12-06-094726-vm-2cpu.json")
+    for flag in ("--update", "--add-rounds"):
+        with pytest.raises(SystemExit, match=rf"{flag}: the latest results were measured on another machine"):
+            runner.main([flag, "--only", "startup", "--output", str(tmp_path)])
