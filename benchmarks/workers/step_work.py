@@ -8,9 +8,12 @@ than a 1% target can be judged by. A step's calls do not vary. What accel adds i
 often, at its mean own time per call: the library functions accel's code calls, a collective it
 runs; but never more than accel's side spent in that function beyond the hand-written side, so that
 a call the loop makes on both sides and that costs nothing on accel's, the loop's `.float()` of an
-output accel already cast, is not charged at the mean of real conversions). Calls accel saves (a
-sampler it replaces) are not credited, and the profiler slows what it times: the seconds are an
-upper bound of what accel costs per step, whatever the machine does.
+output accel already cast, is not charged at the mean of real conversions). The loop's own lines
+are counted on both sides and their difference charged (or credited): what the hand-written loop
+does in its lines (dividing the loss over an accumulation window, choosing no_sync) moves into
+accel's code through accel, and is not added work. Calls accel saves (a sampler it replaces) are
+not credited, and the profiler slows what it times: the seconds are an upper bound of what accel
+costs per step, whatever the machine does.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from typing import Any
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")  # in cProfile's names of some C functions
 BUILTIN = "~"  # cProfile's file name for C functions
 # The fields of a function's entry in `step_work`'s answer: its calls, own seconds, 1 if accel's
-# code, and the calls it makes.
-CALLS, OWN_S, OURS, MAKES = 0, 1, 2, 3
+# code, the calls it makes, and 1 if the loop's own code (neither accel's nor a library's).
+CALLS, OWN_S, OURS, MAKES, LOOP = 0, 1, 2, 3, 4
 CALIBRATION_CALLS, CALIBRATION_TRIES = 20_000, 3
 LIBRARIES = re.compile(r".*/(site-packages|dist-packages|lib/python3\.[0-9]+)/")
 
@@ -62,23 +65,33 @@ def step_work(step: Callable[[], None], steps: int) -> dict[str, Any]:
     folders = accel_folders()
     names = {function: _name(function, folders) for function in stats}
     functions: dict[str, list[float]] = {}
+
+    def entry_of(function: tuple[str, int, str]) -> list[float]:
+        file = function[0]
+        ours, loops = file.startswith(folders), not (file.startswith(folders) or _library(file))
+        return functions.setdefault(names[function], [0.0, 0.0, float(ours), 0.0, float(loops)])
+
     for function, (_, count, own_s, _, callers) in stats.items():
-        entry = functions.setdefault(names[function], [0.0, 0.0, float(function[0].startswith(folders)), 0.0])
+        entry = entry_of(function)
         entry[CALLS] += count / steps
         entry[OWN_S] += own_s / steps
         for caller, (_, calls, *_) in callers.items():
             if caller in names:  # not the profiler's own enable/disable
-                functions.setdefault(names[caller], [0.0, 0.0, float(caller[0].startswith(folders)), 0.0])
-                functions[names[caller]][MAKES] += calls / steps
+                entry_of(caller)[MAKES] += calls / steps
     total_s: float = read.total_tt  # type: ignore[attr-defined]
     return {"functions": functions, "step_s": total_s / steps, "profiler_s": profiler_cost()}
+
+
+def _library(file: str) -> bool:
+    """Whether `file` is a library's, Python's (a frozen module too) or a C function's, not the loop's."""
+    return bool(LIBRARIES.match(file)) or file == BUILTIN or file.startswith("<")
 
 
 def _name(function: tuple[str, int, str], folders: tuple[str, ...]) -> str:
     file, line, name = function
     if file.startswith(folders):
         where = f"accel:{Path(file).name}:{line}"
-    elif LIBRARIES.match(file) or file == BUILTIN:
+    elif _library(file):
         where = f"{LIBRARIES.sub('', file)}:{line}"
     else:  # the loop's own code: its two sides are the same functions at other lines
         where = file
@@ -119,13 +132,23 @@ def _cost(entry: list[float], profiler_s: list[float]) -> float:
     return max(0.0, entry[OWN_S] - entry[CALLS] * profiler_s[0] - entry[MAKES] * profiler_s[1])
 
 
+def _loop_s(answer: dict[str, Any]) -> float:
+    """Return the own seconds of the loop's own code in a `step_work` answer (0 for answers that do
+    not mark it)."""
+    return sum(_cost(entry, answer["profiler_s"]) for entry in answer["functions"].values()
+               if len(entry) > LOOP and entry[LOOP])  # fmt: skip
+
+
 def added(raw: dict[str, Any], accel: dict[str, Any]) -> dict[str, Any]:
     """Return what accel's `step_work` answer adds to the hand-written one's: "seconds" (accel's own
     code, and the extra calls at their mean own time but at most the time spent in their function
-    beyond the hand-written side's, less what the profiler adds to each call) of
-    which "own_s" and "extra_s", "own_calls" (calls of accel's code), "extra_calls" (calls the
-    hand-written step does not make) and "raw_calls" (all the hand-written step's calls), and
-    "largest": the extra calls that take the most, as [name, calls, seconds]."""
+    beyond the hand-written side's, less what the profiler adds to each call, and "loop_s") of
+    which "own_s" and "extra_s", "loop_s" (the loop's own lines through accel less the hand-written
+    loop's: work the hand-written loop does in its lines, dividing the loss or choosing no_sync,
+    moves into accel's code and is not added; more lines through accel would be), "own_calls"
+    (calls of accel's code), "extra_calls" (calls the hand-written step does not make) and
+    "raw_calls" (all the hand-written step's calls), and "largest": the extra calls that take the
+    most, as [name, calls, seconds]."""
     own_calls = extra_calls = own_s = extra_s = 0.0
     largest: list[Any] = ["", 0.0, 0.0]
     theirs = raw["functions"]
@@ -134,6 +157,8 @@ def added(raw: dict[str, Any], accel: dict[str, Any]) -> dict[str, Any]:
         if entry[OURS]:
             own_calls, own_s = own_calls + calls, own_s + seconds
             continue
+        if len(entry) > LOOP and entry[LOOP]:
+            continue  # the loop's own lines: counted as a whole, against the hand-written loop's
         extra = calls - (theirs[name][CALLS] if name in theirs else 0.0)
         if extra > 0:
             charged = seconds * extra / calls
@@ -143,5 +168,7 @@ def added(raw: dict[str, Any], accel: dict[str, Any]) -> dict[str, Any]:
             if charged > largest[2]:
                 largest = [name, extra, charged]
     raw_calls = sum(entry[CALLS] for entry in theirs.values())
-    return {"seconds": own_s + extra_s, "own_s": own_s, "extra_s": extra_s, "own_calls": own_calls,
-            "extra_calls": extra_calls, "raw_calls": raw_calls, "largest": largest}  # fmt: skip
+    loop_s = _loop_s(accel) - _loop_s(raw)
+    return {"seconds": max(0.0, own_s + extra_s + loop_s), "own_s": own_s, "extra_s": extra_s,
+            "loop_s": loop_s, "own_calls": own_calls, "extra_calls": extra_calls, "raw_calls": raw_calls,
+            "largest": largest}  # fmt: skip
