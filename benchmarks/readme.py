@@ -39,8 +39,8 @@ throughput target, a figure "accel's own work" decides it: a step (or block) of 
 engine, scale and N-D loops runs under cProfile beside the hand-written one, and what accel adds
 (its own code, and every call the hand-written loop does not make, at its mean own time; the loop's
 own lines are counted on both sides, so that work moved from them into accel, dividing the loss or
-choosing no_sync, is not added: in results since 2026-12-07T13:20Z, whose notes say so) is given in % of the hand-written time, an upper bound of accel's
-cost (`benchmarks/workers/step_work.py`). On
+choosing no_sync, is not added: in results since 2026-12-07T13:20Z, whose notes say so) is given
+in % of the hand-written time, an upper bound of accel's cost (`benchmarks/workers/step_work.py`). On
 one CUDA machine, `bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their
 folders, nothing fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16
 against the loop by hand, the device and process group, DDP vs FSDP2 memory, torch.compile (full vs
