@@ -123,6 +123,25 @@ def raw_tasks(args: argparse.Namespace) -> tuple[dict[str, Task], Callable[[], N
     return tasks, dist.barrier, dist.get_rank()
 
 
+def _plain_epoch(model: Any, optimizer: Any, loader: Any, epochs: Epochs, samples_per_step: int,
+                 backward: Callable[[torch.Tensor], Any]) -> Callable[[], float]:  # fmt: skip
+    """The plain loop, the same lines by hand (`backward` the tensor's own) and through a library
+    (its `backward`): nothing else differs between them."""
+
+    def run() -> float:
+        epochs.next()
+        steps = 0
+        for x, y in loader:
+            steps += 1
+            loss = loss_of(model(x), y)
+            backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+        return steps * samples_per_step
+
+    return run
+
+
 def _raw_epoch(args: argparse.Namespace, model: Any, optimizer: Any, loader: DataLoader, epochs: Epochs,
                samples_per_step: int) -> Callable[[], float]:  # fmt: skip
     """The epoch as written by hand for this setting alone: the plain loops without an accumulation
@@ -131,16 +150,7 @@ def _raw_epoch(args: argparse.Namespace, model: Any, optimizer: Any, loader: Dat
     every = args.accumulation
     bf16 = args.precision == "bf16"
 
-    def run() -> float:
-        epochs.next()
-        steps = 0
-        for x, y in loader:
-            steps += 1
-            loss = loss_of(model(x), y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-        return steps * samples_per_step
+    run = _plain_epoch(model, optimizer, loader, epochs, samples_per_step, torch.Tensor.backward)
 
     def run_bf16() -> float:
         epochs.next()
@@ -200,16 +210,7 @@ def _library_epoch(args: argparse.Namespace, accelerator: Any, model: Any, optim
                    epochs: Epochs, samples_per_step: int) -> Callable[[], float]:  # fmt: skip
     """The epoch as Accelerate documents it for this setting: accumulate() only when accumulating."""
 
-    def run() -> float:
-        epochs.next()
-        steps = 0
-        for x, y in loader:
-            steps += 1
-            loss = loss_of(model(x), y)
-            accelerator.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
-        return steps * samples_per_step
+    run = _plain_epoch(model, optimizer, loader, epochs, samples_per_step, accelerator.backward)
 
     def run_accumulating() -> float:
         epochs.next()
