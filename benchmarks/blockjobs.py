@@ -63,6 +63,10 @@ class BlockJob:
 
     def run(self, task: str, blocks: int = 1) -> dict[str, Any]:
         """Return rank 0's answer ({"rate", "seconds", ...}) to `blocks` blocks of `task` on every rank."""
+        return self.run_on_every_rank(task, blocks)[0]
+
+    def run_on_every_rank(self, task: str, blocks: int = 1) -> list[dict[str, Any]]:
+        """Return every rank's answer, in rank order, to `blocks` blocks of `task` on every rank."""
         for channel in self.channels.values():
             channel.write(json.dumps({"task": task, "blocks": blocks}) + "\n")
             channel.flush()
@@ -73,7 +77,7 @@ class BlockJob:
                 self.fail_if_ended()
                 raise JobFailed(f"rank {rank} of job {self.name} closed its connection: {self.stderr_tail()}")
             answers[rank] = json.loads(line)
-        return answers[0]
+        return [answers[rank] for rank in sorted(answers)]
 
     def stop(self) -> None:
         for channel in self.channels.values():

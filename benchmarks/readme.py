@@ -39,7 +39,9 @@ throughput target, a figure "accel's own work" decides it: a step (or block) of 
 engine, scale and N-D loops runs under cProfile beside the hand-written one, and what accel adds
 (its own code, and every call the hand-written loop does not make, at its mean own time; the loop's
 own lines are counted on both sides, so that work moved from them into accel, dividing the loss or
-choosing no_sync, is not added: in results since 2026-12-07T13:20Z, whose notes say so) is given
+choosing no_sync, is not added: in results since 2026-12-07T13:20Z, whose notes say so; and since
+2026-12-07T15:40Z a collective's time is taken at the rank that waited least, since the wait for a
+later rank is that rank's lag, which the hand-written loop pays inside its gradient exchange) is given
 in % of the hand-written time, an upper bound of accel's cost (`benchmarks/workers/step_work.py`). On
 one CUDA machine, `bash benchmarks/gpu_check.sh` (its preinstalled torch, our packages from their
 folders, nothing fetched; a few minutes) runs the GPU check: the suite's CUDA tests, fp32/bf16/fp16

@@ -18,7 +18,7 @@ if str(REPO_ROOT) not in sys.path:  # `benchmarks` is a folder of the repository
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.added_work import added_work  # noqa: E402
-from benchmarks.workers.step_work import added, step_work  # noqa: E402
+from benchmarks.workers.step_work import added, least_waiting, step_work  # noqa: E402
 
 
 def _step(
@@ -109,6 +109,23 @@ def test_the_loops_own_lines_count_on_both_sides_so_work_moved_into_accel_is_not
     assert work["loop_s"] == pytest.approx(0.004) and work["seconds"] == pytest.approx(0.005)
     # never below nothing
     assert added(raw, _step({"train_loop.py:run": [1, 0.0001, 0, 0, 1]}))["seconds"] == 0
+
+
+def test_a_collectives_time_is_taken_at_the_rank_that_waited_least() -> None:
+    # Rank 0 reaches the seed's broadcast 2 ms before rank 1 and waits; rank 1 waits for no one. The
+    # other functions keep rank 0's time, and a collective called a different number of times on a
+    # rank (another pass) is not mixed in.
+    wait = "~:0:<built-in method torch._C._distributed_c10d.wait>"
+    broadcast = "~:0:<built-in method torch._C._distributed_c10d.broadcast>"
+    rank0 = _step({wait: [1, 0.0021, 0], broadcast: [2, 0.0004, 0], "~:0:len": [5, 0.002, 0]})
+    rank1 = _step({wait: [1, 0.0001, 0], broadcast: [3, 0.0001, 0], "~:0:len": [5, 0.001, 0]})
+    merged = least_waiting([rank0, rank1])
+    assert merged["functions"][wait][1] == pytest.approx(0.0001)
+    assert merged["functions"][broadcast][1] == pytest.approx(0.0004)
+    assert merged["functions"]["~:0:len"][1] == pytest.approx(0.002)
+    assert rank0["functions"][wait][1] == pytest.approx(0.0021)  # the answers are not changed
+    assert added(_step({}), merged)["extra_s"] == pytest.approx(0.0001 + 0.0004 + 0.002)
+    assert least_waiting([rank0]) == rank0
 
 
 def test_a_profiled_step_marks_accel_and_names_the_loops_own_functions_without_their_line() -> None:

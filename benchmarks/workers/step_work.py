@@ -34,6 +34,9 @@ BUILTIN = "~"  # cProfile's file name for C functions
 CALLS, OWN_S, OURS, MAKES, LOOP = 0, 1, 2, 3, 4
 CALIBRATION_CALLS, CALIBRATION_TRIES = 20_000, 3
 LIBRARIES = re.compile(r".*/(site-packages|dist-packages|lib/python3\.[0-9]+)/")
+# A collective's C functions (the call and the wait on its Work): their own time holds the wait for
+# a peer that arrives later.
+COLLECTIVE = re.compile(r"torch\._C\._distributed_c10d\.")
 
 
 def accel_folders() -> tuple[str, ...]:
@@ -80,6 +83,24 @@ def step_work(step: Callable[[], None], steps: int) -> dict[str, Any]:
                 entry_of(caller)[MAKES] += calls / steps
     total_s: float = read.total_tt  # type: ignore[attr-defined]
     return {"functions": functions, "step_s": total_s / steps, "profiler_s": profiler_cost()}
+
+
+def least_waiting(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return the first rank's `step_work` answer with each collective's own seconds taken on the
+    rank where they are least. The last rank to reach a collective waits for no one: what the
+    others wait is that rank's lag, which a loop pays at its next collective whoever runs it (the
+    hand-written one inside backward's gradient exchange, where it is not an extra call), so it is
+    not the collective's cost."""
+    first = answers[0]
+    functions = {name: list(entry) for name, entry in first["functions"].items()}
+    for name, entry in functions.items():
+        if not COLLECTIVE.search(name):
+            continue
+        for other in answers[1:]:
+            theirs = other["functions"].get(name)
+            if theirs is not None and theirs[CALLS] == entry[CALLS]:
+                entry[OWN_S] = min(entry[OWN_S], theirs[OWN_S])
+    return {**first, "functions": functions}
 
 
 def _library(file: str) -> bool:
