@@ -45,7 +45,8 @@ def check_no_gloo_thread_left() -> Callable[[str, Iterable[str], Mapping[str, st
         assert sorted(report["rank"] for report in reports) == ["0", "1"], result.stdout
         for report in reports:
             gloo = [name for name in report["names"] if "gloo" in name]
-            assert not gloo, f"rank {report['rank']} still runs {gloo} after the teardown"
+            held = report.get("group_holders")
+            assert not gloo, f"rank {report['rank']} still runs {gloo} after the teardown; held by {held}"
 
     return check
 

@@ -172,3 +172,22 @@ def test_the_figure_is_accels_added_seconds_in_percent_of_the_hand_written_time(
     moved = [{**answer, "loop_s": -0.0018} for answer in work]
     note = added_work("own work", "g", moved, [1.0, 1.0, 0.5], "step", "rank 0", "").note
     assert "its loop's own lines 1.8 ms fewer than the hand-written loop's (counted off: work moved" in note
+
+
+def test_a_collectives_own_work_is_in_percent_of_the_raw_call_and_a_faster_copy_adds_nothing():
+    from benchmarks.figures.collectives import OWN_TARGET, _own_work
+
+    # ms per call, as the figure keeps them: accel's copy 0.02 ms slower than raw's, then 0.01 ms faster.
+    accel = {
+        "own/gather": {1024: [0.02, -0.01]},
+        "own/gather_for_metrics": {1024: [0.04, 0.0]},
+        "raw/gather": {1024: [0.5, 0.5]},
+    }
+    rows = {row.figure: row for row in _own_work(accel, (1024,))}
+    gather = rows["accel's own work, gather 1 KB, check off"]
+    assert gather.samples == {"accel": pytest.approx([4.0, 0.0])}
+    assert rows["accel's own work, gather_for_metrics 1 KB, check off"].samples == {
+        "accel": pytest.approx([8.0, 0.0])
+    }
+    assert gather.target == OWN_TARGET == "accel<=5" and gather.unit == "% of the raw call"
+    assert "local copy" in gather.note

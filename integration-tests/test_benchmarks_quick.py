@@ -123,3 +123,16 @@ def test_quick_run_counts_what_accel_adds_to_each_training_loop(quick_run):
         if record["unit"].startswith("% of the hand-written") and not record["skipped"]:
             assert record["target"] == "accel<=1.0" and record["samples"]["accel"], record["figure"]
             assert "calls hand-written" in record["note"], record["figure"]
+
+
+@pytest.mark.slow
+def test_quick_run_counts_what_accel_adds_to_a_collective_with_the_check_off(quick_run):
+    _, output = quick_run
+    run = json.loads(next(output.glob("*.json")).read_text())
+    rows = [r for r in run["measurements"] if r["group"] == "collectives own work"]
+    expected = {f"accel's own work, {op} {size}, check off" for op in ("gather", "gather_for_metrics")
+                for size in ("1 KB", "64 KB")}  # fmt: skip
+    assert {r["figure"] for r in rows} == expected
+    for record in rows:
+        assert record["target"] == "accel<=5" and record["unit"] == "% of the raw call", record["figure"]
+        assert len(record["samples"]["accel"]) == 1 and "local copy" in record["note"], record["figure"]

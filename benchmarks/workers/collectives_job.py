@@ -15,7 +15,12 @@ others pad it):
 - accel also with its input check off (`ACCEL_CHECK_COLLECTIVES=0`), in the same job, ops
   "gather/nocheck" and "gather_for_metrics/nocheck", and `gather` in debug mode
   (`ACCEL_DEBUG_MODE=1`: the header plus a full comparison of the inputs' descriptions), op
-  "gather/debug".
+  "gather/debug";
+- accel, with `--own-blocks N`, also what its own code adds to a call with the check off: the same
+  ops and the raw gather, timed in N more blocks with the transport replaced on both sides by a
+  local copy (`_local_gather`), ops "own/gather" and "own/gather_for_metrics" (seconds per call
+  beyond the raw gather's). Between two processes the transport's time varies by more than a 5%
+  target can be judged by; the Python around it does not.
 
 Every (op, size) runs in `--blocks` timed blocks, the ops in a new order each block round, the same
 on every rank (a rotation kept each op after the same neighbour in every block, so whatever that
@@ -29,10 +34,11 @@ on the machine).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -42,6 +48,7 @@ from benchmarks.jobs import emit
 from benchmarks.workers.job_exit import end_job
 
 Op = Callable[[torch.Tensor], Any]
+OWN_OPS = ("gather", "gather_for_metrics")  # accel's, timed against the raw gather without a transport
 _OPEN_LOADERS: list[Any] = []  # loaders being iterated while the job measures
 
 
@@ -60,10 +67,25 @@ def _raw_ops() -> dict[str, Op]:
     return _raw_functions()
 
 
-def _raw_functions() -> dict[str, Op]:
+class _Done:
+    """What an async collective returns, for a local copy that is done when it returns."""
+
+    def wait(self) -> bool:
+        return True
+
+
+def _local_gather(out: torch.Tensor, tensor: torch.Tensor, async_op: bool = False) -> _Done | None:
+    """Fill `out` as an all_gather of `tensor` would if every rank held this one's, with no transport:
+    one copy per rank's chunk, the same work on both sides of the own-work figure."""
+    for chunk in out.chunk(dist.get_world_size()):
+        chunk.copy_(tensor)
+    return _Done() if async_op else None
+
+
+def _raw_functions(all_gather: Callable[..., Any] | None = None) -> dict[str, Op]:
     world = dist.get_world_size()
     # all_gather_into_tensor's new name in recent torch (the old one warns through a wrapper).
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    all_gather = all_gather or getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
     def gather(tensor: torch.Tensor) -> torch.Tensor:
         out = torch.empty((tensor.shape[0] * world, *tensor.shape[1:]), dtype=tensor.dtype)
@@ -132,6 +154,38 @@ def _accel_ops() -> dict[str, Op]:
     return ops
 
 
+@contextlib.contextmanager
+def _transport_replaced() -> Iterator[None]:
+    """accel's collectives with the check off and a local copy for a transport, while inside."""
+    from accel_state import PartialState
+    from accel_state.seam import communication
+
+    state, transport = PartialState(), communication._all_gather_single
+    defaults = state.check_collectives, state.debug
+    state.check_collectives, state.debug = False, False
+    communication._all_gather_single = _local_gather
+    try:
+        yield
+    finally:
+        communication._all_gather_single = transport
+        state.check_collectives, state.debug = defaults
+
+
+def _own_work(
+    ops: dict[str, Op], sizes: list[int], blocks: int, block_seconds: float
+) -> dict[str, dict[int, float]]:
+    """Return {"own/<op>": {size: seconds per call}} that accel's gather and gather_for_metrics (check
+    off) take beyond the raw gather's, each side's fastest of `blocks` blocks, the transport a local copy."""
+    local = {"raw": _raw_functions(_local_gather)["gather"], **{op: ops[op] for op in OWN_OPS}}
+    own: dict[str, dict[int, float]] = {f"own/{op}": {} for op in OWN_OPS}
+    with _transport_replaced():
+        for size in sizes:
+            fastest = _fastest_blocks(local, size, blocks, block_seconds)
+            for op in OWN_OPS:
+                own[f"own/{op}"][size] = fastest[op] - fastest["raw"]
+    return own
+
+
 def _accelerate_ops() -> dict[str, Op]:
     from accelerate import Accelerator
 
@@ -168,35 +222,42 @@ def _calls(block_seconds: float, seconds_per_call: float) -> int:
     return max(1, min(2000, round(block_seconds / max(seconds_per_call, 1e-6))))
 
 
+def _fastest_blocks(ops: dict[str, Op], size: int, blocks: int, block_seconds: float) -> dict[str, float]:
+    """Return each op's seconds per call at `size`, from the fastest of `blocks` blocks (on a shared
+    machine, slower ones measure other work's interference), the ops in a new order each block."""
+    names = list(ops)
+    inputs = {name: _inputs(size, name) for name in names}
+    calls = {}
+    for name in names:  # warm-up, and how many calls fill a block (the same on every rank)
+        calls[name] = _calls(block_seconds, _seconds_per_call(ops[name], inputs[name], block_seconds))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for block in range(blocks):
+        order = list(names)
+        random.Random(block).shuffle(order)  # seeded: the same order on every rank
+        for name in order:
+            call = functools.partial(ops[name], inputs[name])
+            times[name].append(_timed_block(call, calls[name], dist.barrier))
+    return {name: min(seconds) for name, seconds in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("contender", choices=("raw", "accel", "accelerate"))
     parser.add_argument("--sizes", required=True, help="bytes per rank, comma-separated")
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--block-seconds", type=float, default=0.03)
+    parser.add_argument("--own-blocks", type=int, default=0, help="accel: blocks of its own work (0: none)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     build = {"raw": _raw_ops, "accel": _accel_ops, "accelerate": _accelerate_ops}[args.contender]
     ops = build()
-    names = list(ops)
-    results: dict[str, dict[int, float]] = {name: {} for name in names}
-    for size in (int(s) for s in args.sizes.split(",")):
-        inputs = {name: _inputs(size, name) for name in names}
-        calls = {}
-        for name in names:  # warm-up, and how many calls fill a block (the same on every rank)
-            calls[name] = _calls(
-                args.block_seconds, _seconds_per_call(ops[name], inputs[name], args.block_seconds)
-            )
-        times: dict[str, list[float]] = {name: [] for name in names}
-        for block in range(args.blocks):
-            order = list(names)
-            random.Random(block).shuffle(order)  # seeded: the same order on every rank
-            for name in order:
-                call = functools.partial(ops[name], inputs[name])
-                times[name].append(_timed_block(call, calls[name], dist.barrier))
-        for name in names:
-            # The fastest block: on a shared machine, slower ones measure other work's interference.
-            results[name][size] = min(times[name])
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict[str, dict[int, float]] = {name: {} for name in ops}
+    for size in sizes:
+        for name, seconds in _fastest_blocks(ops, size, args.blocks, args.block_seconds).items():
+            results[name][size] = seconds
+    if args.own_blocks and args.contender == "accel":
+        results.update(_own_work(ops, sizes, args.own_blocks, args.block_seconds))
     if dist.get_rank() == 0:
         emit(results)
     dist.barrier()

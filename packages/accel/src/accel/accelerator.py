@@ -466,7 +466,9 @@ class Accelerator(ProcessControl, TrainingTriggers, ExperimentTracking):
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather, then drop the samples that `even_batches` repeated to pad the last batch."""
-        from accel.training import metrics  # on first use: a script that never calls it never imports it
+        # On first use: a script that never calls it never imports it. The plain form, unlike
+        # `from accel.training import metrics`, runs no importlib function on later calls.
+        import accel.training.metrics as metrics
 
         return metrics.gather_for_metrics(
             input_data, use_gather_object, self.num_processes, self.backend.data_layout()

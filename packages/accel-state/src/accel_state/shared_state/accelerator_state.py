@@ -104,10 +104,10 @@ class AcceleratorState:
         # Only reached for names not set on the shared dict: the process facts.
         if name.startswith("__"):
             raise AttributeError(name)
-        if "_partial" not in self._shared_state:
+        partial = self._shared_state.get("_partial")  # one lookup: reached on every process fact read
+        if partial is None:
             # Every instance is built initialized, so an empty shared dict means it was reset since.
             raise reset_error("AcceleratorState", name)
-        partial = self._shared_state["_partial"]
         try:
             return getattr(partial, name)
         except StateResetError:

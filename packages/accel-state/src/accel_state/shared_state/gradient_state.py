@@ -23,8 +23,9 @@ class GradientState:
         gradient_accumulation_steps: int | None = None,
         gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
     ) -> None:
-        self.__dict__ = self._shared_state
-        if not self._shared_state:
+        # One lookup of the shared dict: gather_for_metrics builds this on every call.
+        shared = self.__dict__ = self._shared_state
+        if not shared:
             self.sync_gradients = True
             self.num_steps = 1
             self.backward_calls = 0  # lets an optimizer tell whether gradients are pending
