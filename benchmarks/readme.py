@@ -43,8 +43,8 @@ choosing no_sync, is not added: in results since 2026-12-07T13:20Z, whose notes 
 2026-12-07T15:40Z a collective's time is taken at the rank that waited least, since the wait for a
 later rank is that rank's lag, which the hand-written loop pays inside its gradient exchange) is given
 in % of the hand-written time, an upper bound of accel's cost (`benchmarks/workers/step_work.py`);
-likewise the collectives with the check off: accel's call and the raw one, both with the transport
-replaced by the same local copy, give what accel's call adds, in % of the raw call (rows "accel's
+likewise the collectives with the check off: accel's call and the raw one, each with the time inside
+the transport taken off, give what accel's call adds around it, in % of the raw call (rows "accel's
 own work, ... check off", since 2026-12-07T20:00Z). On one CUDA machine, `bash benchmarks/gpu_check.sh`
 (its preinstalled torch, our packages from their folders, nothing fetched; a few minutes) runs the GPU
 check: the suite's CUDA tests, fp32/bf16/fp16 against the loop by hand, the device and process group,

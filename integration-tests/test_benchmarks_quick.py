@@ -135,4 +135,6 @@ def test_quick_run_counts_what_accel_adds_to_a_collective_with_the_check_off(qui
     assert {r["figure"] for r in rows} == expected
     for record in rows:
         assert record["target"] == "accel<=5" and record["unit"] == "% of the raw call", record["figure"]
-        assert len(record["samples"]["accel"]) == 1 and "local copy" in record["note"], record["figure"]
+        assert len(record["samples"]["accel"]) == 1 and "inside the transport" in record["note"], record[
+            "figure"
+        ]

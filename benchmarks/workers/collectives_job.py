@@ -17,10 +17,12 @@ others pad it):
   (`ACCEL_DEBUG_MODE=1`: the header plus a full comparison of the inputs' descriptions), op
   "gather/debug";
 - accel, with `--own-blocks N`, also what its own code adds to a call with the check off: the same
-  ops and the raw gather, timed in N more blocks with the transport replaced on both sides by a
-  local copy (`_local_gather`), ops "own/gather" and "own/gather_for_metrics" (seconds per call
-  beyond the raw gather's). Between two processes the transport's time varies by more than a 5%
-  target can be judged by; the Python around it does not.
+  ops and the raw gather, in N more blocks, with the time spent inside the transport's all_gather
+  taken off each side (`_TransportClock`), ops "own/gather" and "own/gather_for_metrics" (seconds
+  per call beyond the raw gather's, the median block). Between two processes the transport's time
+  varies by more than a 5% target can be judged by; what each side runs around it can be counted.
+  It is counted as it runs, between real exchanges: the same code run in a loop of its own, with a
+  local copy for a transport, took a fifth of that time (its caches stay warm).
 
 Every (op, size) runs in `--blocks` timed blocks, the ops in a new order each block round, the same
 on every rank (a rotation kept each op after the same neighbour in every block, so whatever that
@@ -37,6 +39,7 @@ import argparse
 import contextlib
 import functools
 import random
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -67,19 +70,20 @@ def _raw_ops() -> dict[str, Op]:
     return _raw_functions()
 
 
-class _Done:
-    """What an async collective returns, for a local copy that is done when it returns."""
+class _TransportClock:
+    """The all_gather every gather of both sides goes through, and the seconds spent inside it."""
 
-    def wait(self) -> bool:
-        return True
+    def __init__(self) -> None:
+        self.inside = 0.0
+        self.all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
-
-def _local_gather(out: torch.Tensor, tensor: torch.Tensor, async_op: bool = False) -> _Done | None:
-    """Fill `out` as an all_gather of `tensor` would if every rank held this one's, with no transport:
-    one copy per rank's chunk, the same work on both sides of the own-work figure."""
-    for chunk in out.chunk(dist.get_world_size()):
-        chunk.copy_(tensor)
-    return _Done() if async_op else None
+    def __call__(self, out: torch.Tensor, tensor: torch.Tensor, async_op: bool = False) -> Any:
+        started = time.perf_counter()
+        done = self.all_gather(out, tensor, async_op=async_op)
+        if done is not None:  # in flight: it ends when waited for
+            done.wait()
+        self.inside += time.perf_counter() - started
+        return done
 
 
 def _raw_functions(all_gather: Callable[..., Any] | None = None) -> dict[str, Op]:
@@ -154,16 +158,29 @@ def _accel_ops() -> dict[str, Op]:
     return ops
 
 
+def _outside(op: Op, tensor: torch.Tensor, calls: int, clock: _TransportClock) -> float:
+    """Return the seconds per call `op` spends outside the transport over `calls` calls, started
+    together on every rank (the closing barrier not counted)."""
+    dist.barrier()
+    clock.inside = 0.0
+    started = time.perf_counter()
+    for _ in range(calls):
+        op(tensor)
+    seconds = time.perf_counter() - started
+    dist.barrier()
+    return (seconds - clock.inside) / calls
+
+
 @contextlib.contextmanager
-def _transport_replaced() -> Iterator[None]:
-    """accel's collectives with the check off and a local copy for a transport, while inside."""
+def _transport_clocked(clock: _TransportClock) -> Iterator[None]:
+    """accel's collectives with the check off and their all_gather timed by `clock`, while inside."""
     from accel_state import PartialState
     from accel_state.seam import communication
 
     state, transport = PartialState(), communication._all_gather_single
     defaults = state.check_collectives, state.debug
     state.check_collectives, state.debug = False, False
-    communication._all_gather_single = _local_gather
+    communication._all_gather_single = clock
     try:
         yield
     finally:
@@ -175,14 +192,25 @@ def _own_work(
     ops: dict[str, Op], sizes: list[int], blocks: int, block_seconds: float
 ) -> dict[str, dict[int, float]]:
     """Return {"own/<op>": {size: seconds per call}} that accel's gather and gather_for_metrics (check
-    off) take beyond the raw gather's, each side's fastest of `blocks` blocks, the transport a local copy."""
-    local = {"raw": _raw_functions(_local_gather)["gather"], **{op: ops[op] for op in OWN_OPS}}
+    off) spend outside the transport beyond what the raw gather does, the median of `blocks` blocks."""
+    clock = _TransportClock()
+    clocked = {"raw": _raw_functions(clock)["gather"], **{op: ops[op] for op in OWN_OPS}}
     own: dict[str, dict[int, float]] = {f"own/{op}": {} for op in OWN_OPS}
-    with _transport_replaced():
+    with _transport_clocked(clock):
         for size in sizes:
-            fastest = _fastest_blocks(local, size, blocks, block_seconds)
+            inputs = {name: _inputs(size, name) for name in clocked}
+            calls = {
+                name: _calls(block_seconds, _seconds_per_call(op, inputs[name], block_seconds))
+                for name, op in clocked.items()
+            }
+            outside: dict[str, list[float]] = {name: [] for name in clocked}
+            for block in range(blocks):
+                order = list(clocked)
+                random.Random(block).shuffle(order)  # seeded: the same order on every rank
+                for name in order:
+                    outside[name].append(_outside(clocked[name], inputs[name], calls[name], clock))
             for op in OWN_OPS:
-                own[f"own/{op}"][size] = fastest[op] - fastest["raw"]
+                own[f"own/{op}"][size] = statistics.median(outside[op]) - statistics.median(outside["raw"])
     return own
 
 
