@@ -51,7 +51,7 @@ from benchmarks.jobs import emit
 from benchmarks.workers.job_exit import end_job
 
 Op = Callable[[torch.Tensor], Any]
-OWN_OPS = ("gather", "gather_for_metrics")  # accel's, timed against the raw gather without a transport
+OWN_OPS = ("gather", "gather_for_metrics")  # accel's, counted around the transport against the raw gather
 _OPEN_LOADERS: list[Any] = []  # loaders being iterated while the job measures
 
 
@@ -196,21 +196,14 @@ def _own_work(
     clock = _TransportClock()
     clocked = {"raw": _raw_functions(clock)["gather"], **{op: ops[op] for op in OWN_OPS}}
     own: dict[str, dict[int, float]] = {f"own/{op}": {} for op in OWN_OPS}
+    outside = functools.partial(_outside, clock=clock)
     with _transport_clocked(clock):
         for size in sizes:
-            inputs = {name: _inputs(size, name) for name in clocked}
-            calls = {
-                name: _calls(block_seconds, _seconds_per_call(op, inputs[name], block_seconds))
-                for name, op in clocked.items()
-            }
-            outside: dict[str, list[float]] = {name: [] for name in clocked}
-            for block in range(blocks):
-                order = list(clocked)
-                random.Random(block).shuffle(order)  # seeded: the same order on every rank
-                for name in order:
-                    outside[name].append(_outside(clocked[name], inputs[name], calls[name], clock))
+            per_block = _blocks(clocked, size, blocks, block_seconds, outside)
             for op in OWN_OPS:
-                own[f"own/{op}"][size] = statistics.median(outside[op]) - statistics.median(outside["raw"])
+                own[f"own/{op}"][size] = statistics.median(per_block[op]) - statistics.median(
+                    per_block["raw"]
+                )
     return own
 
 
@@ -250,22 +243,30 @@ def _calls(block_seconds: float, seconds_per_call: float) -> int:
     return max(1, min(2000, round(block_seconds / max(seconds_per_call, 1e-6))))
 
 
-def _fastest_blocks(ops: dict[str, Op], size: int, blocks: int, block_seconds: float) -> dict[str, float]:
-    """Return each op's seconds per call at `size`, from the fastest of `blocks` blocks (on a shared
-    machine, slower ones measure other work's interference), the ops in a new order each block."""
-    names = list(ops)
-    inputs = {name: _inputs(size, name) for name in names}
+def _blocks(
+    ops: dict[str, Op],
+    size: int,
+    blocks: int,
+    block_seconds: float,
+    timed: Callable[[Op, torch.Tensor, int], float],
+) -> dict[str, list[float]]:
+    """Return each op's `timed(op, input, calls)` at `size` in each of `blocks` blocks, the ops in a new
+    order each block (the same on every rank), a block's calls filling about `block_seconds`."""
+    inputs = {name: _inputs(size, name) for name in ops}
     calls = {}
-    for name in names:  # warm-up, and how many calls fill a block (the same on every rank)
-        calls[name] = _calls(block_seconds, _seconds_per_call(ops[name], inputs[name], block_seconds))
-    times: dict[str, list[float]] = {name: [] for name in names}
+    for name, op in ops.items():  # warm-up, and how many calls fill a block (the same on every rank)
+        calls[name] = _calls(block_seconds, _seconds_per_call(op, inputs[name], block_seconds))
+    times: dict[str, list[float]] = {name: [] for name in ops}
     for block in range(blocks):
-        order = list(names)
+        order = list(ops)
         random.Random(block).shuffle(order)  # seeded: the same order on every rank
         for name in order:
-            call = functools.partial(ops[name], inputs[name])
-            times[name].append(_timed_block(call, calls[name], dist.barrier))
-    return {name: min(seconds) for name, seconds in times.items()}
+            times[name].append(timed(ops[name], inputs[name], calls[name]))
+    return times
+
+
+def _per_call(op: Op, tensor: torch.Tensor, calls: int) -> float:
+    return _timed_block(functools.partial(op, tensor), calls, dist.barrier)
 
 
 def main() -> None:
@@ -282,8 +283,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, dict[int, float]] = {name: {} for name in ops}
     for size in sizes:
-        for name, seconds in _fastest_blocks(ops, size, args.blocks, args.block_seconds).items():
-            results[name][size] = seconds
+        for name, seconds in _blocks(ops, size, args.blocks, args.block_seconds, _per_call).items():
+            # The fastest block: on a shared machine, slower ones measure other work's interference.
+            results[name][size] = min(seconds)
     if args.own_blocks and args.contender == "accel":
         results.update(_own_work(ops, sizes, args.own_blocks, args.block_seconds))
     if dist.get_rank() == 0:

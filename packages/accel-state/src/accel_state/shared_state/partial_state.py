@@ -102,9 +102,8 @@ class PartialState:
     ) -> None:
         """`backend` ("gloo", "nccl") and `init_method` (a rendezvous URL) override the process
         group's defaults (Accelerate's `InitProcessGroupKwargs`); only the first instance uses them."""
-        # One lookup of the shared dict: collectives build this on every call.
-        shared = self.__dict__ = self._shared_state
-        if "distributed_type" in shared:  # initialized
+        self.__dict__ = self._shared_state
+        if self.initialized:
             return
         env_vars.warn_unknown_variables()
         cpu = bool(env_vars.read_flag(env_vars.USE_CPU)) or cpu  # read first: a bad value is named
