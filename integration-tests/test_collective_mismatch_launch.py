@@ -173,20 +173,41 @@ def matching_collectives_with_checks_off():
 
     import accel_state as st
 
-    rank = st.PartialState().process_index
+    state = st.PartialState()
+    assert not state.check_collectives  # else the plain tensors below would not take the short path
+    rank = state.process_index
     gathered = st.gather(torch.full((2,), float(rank))).tolist()
+    # The short path for one plain tensor: a 0-d one, one with a gradient, a transposed view.
+    weight = torch.full((2,), float(rank), requires_grad=True)
+    with_grad = st.gather(weight * 1)
+    transposed = st.gather(torch.arange(6.0).reshape(2, 3).t() + 10 * rank)
+    special = {
+        "scalar": st.gather(torch.tensor(float(rank))).tolist(),
+        "requires_grad": with_grad.requires_grad,
+        "with_grad": with_grad.tolist(),
+        "transposed": transposed.tolist(),
+        "bfloat16": st.gather(torch.full((1, 2), rank, dtype=torch.bfloat16)).dtype == torch.bfloat16,
+    }
     try:
         st.pad_across_processes(torch.ones(2, 3) if rank == 0 else torch.ones(2), dim=1)
     except st.CollectiveShapeError as error:
-        return gathered, str(error)
-    return gathered, "no error"
+        return gathered, special, str(error)
+    return gathered, special, "no error"
 
 
 def test_checks_off_leaves_padding_checked_launch():
     env = {**ENV, "ACCEL_CHECK_COLLECTIVES": "0"}
     results = run_on_ranks(matching_collectives_with_checks_off, 2, env=env, timeout=240)
-    for gathered, message in results:
+    columns = [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    for gathered, special, message in results:
         assert gathered == [0.0, 0.0, 1.0, 1.0]
+        assert special == {
+            "scalar": [0.0, 1.0],
+            "requires_grad": False,
+            "with_grad": [0.0, 0.0, 1.0, 1.0],
+            "transposed": columns + [[v + 10 for v in row] for row in columns],
+            "bfloat16": True,
+        }
         assert "rank 0: (2, 3), rank 1: (2,)" in message
 
 

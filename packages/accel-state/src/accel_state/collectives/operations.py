@@ -107,19 +107,19 @@ def barrier() -> None:
         state.communicator.barrier()
 
 
-def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+def _gather_one(tensor: torch.Tensor, state: PartialState | None = None) -> torch.Tensor:
     # Results are detached, as Accelerate's: torch writes into views that autograd would refuse.
-    tensor = tensor.detach()
-    if tensor.ndim == 0:
+    if tensor.requires_grad:
+        tensor = tensor.detach()
+    if not tensor.ndim:
         tensor = tensor.unsqueeze(0)
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    state = _state()
-    out = torch.empty(
-        (tensor.shape[0] * state.num_processes,) + tuple(tensor.shape[1:]),
-        dtype=tensor.dtype,
-        device=tensor.device,
-    )
+    if state is None:
+        state = _state()
+    shape = list(tensor.shape)
+    shape[0] *= state.num_processes
+    out = tensor.new_empty(shape)
     state.communicator.all_gather_into(out, tensor)
     return out
 
@@ -129,6 +129,8 @@ def gather(data: Any) -> Any:
     """Return every rank's tensors concatenated along dim 0, in rank order, on every rank (a
     DTensor's full tensor)."""
     state = _state()
+    if type(data) is torch.Tensor and not state.check_collectives and state.num_processes > 1:
+        return _gather_one(data, state)  # the common case with the check off: no walk, no DTensor
     data = _whole(data)
     if not state.use_distributed:
         return data

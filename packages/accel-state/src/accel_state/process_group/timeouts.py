@@ -108,15 +108,8 @@ class named_collective:  # noqa: N801 - used as a function: `with named_collecti
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
         try:
-            if not isinstance(error, RuntimeError) or self.depth > 0 or isinstance(error, CollectiveError):
-                return
-            lost_peer = rank_exit.is_lost_peer(error)
-            if not (lost_peer or is_timeout(error)):
-                return
-            named = _named_error(self.operation, error, lost_peer)
-            _report_failure(self.operation, named or error)  # while the log still says where it is
-            if named is not None:
-                raise named from error
+            if isinstance(error, RuntimeError) and self.depth == 0:
+                _raise_named(self.operation, error)
         finally:
             self._leave()
 
@@ -125,6 +118,20 @@ class named_collective:  # noqa: N801 - used as a function: `with named_collecti
         if self.entry is not None:
             collective_log.leave(self.entry)
             self.entry = None
+
+
+def _raise_named(operation: str, error: RuntimeError) -> None:
+    """Raise the error naming `operation` for torch's timeout or lost peer `error` (after writing this
+    rank's report); return for any other error, which the caller re-raises as it was."""
+    if isinstance(error, CollectiveError):
+        return
+    lost_peer = rank_exit.is_lost_peer(error)
+    if not (lost_peer or is_timeout(error)):
+        return
+    named = _named_error(operation, error, lost_peer)
+    _report_failure(operation, named or error)  # while the log still says where it is
+    if named is not None:
+        raise named from error
 
 
 def _named_error(operation: str, error: RuntimeError, lost_peer: bool) -> CollectiveError | None:
@@ -160,11 +167,32 @@ def names_collective(operation: str, *, checks_itself: bool = False) -> Callable
     """Decorate a function so that a collective timeout inside it names `operation` (its first
     argument is the input the collective log summarises)."""
 
+    check_entry = not checks_itself
+
     def decorate(function: F) -> F:
+        # `named_collective`'s steps written out: the wrapper is on the path of every gather, and
+        # each frame and object it leaves out is a cost paid with cold caches after each exchange.
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with named_collective(operation, args[0] if args else None, checks_itself=checks_itself):
+            depth = getattr(_nesting, "depth", 0)
+            _nesting.depth = depth + 1
+            if depth:  # inside another collective: the outermost one names and logs
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    _nesting.depth = depth
+            # 1: above enter, this wrapper.
+            entry = collective_log.enter(operation, args[0] if args else None, 1)
+            try:
+                if check_entry and _check_entry is not None:
+                    _check_entry(operation)
                 return function(*args, **kwargs)
+            except RuntimeError as error:
+                _raise_named(operation, error)
+                raise
+            finally:
+                _nesting.depth = 0
+                collective_log.leave(entry)
 
         return wrapper  # type: ignore[return-value]
 

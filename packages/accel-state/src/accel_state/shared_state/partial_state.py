@@ -73,6 +73,10 @@ _PROCESS_FACTS = frozenset(
 )  # fmt: skip
 
 
+# Set last by `PartialState.__init__`: in the shared dict, it marks the state initialised.
+_INITIALIZED_MARK = "distributed_type"
+
+
 class StateResetError(RuntimeError, AttributeError):
     """An object built before `AcceleratorState._reset_state()` was used after it (an AttributeError
     too, as Accelerate raises one there)."""
@@ -102,8 +106,9 @@ class PartialState:
     ) -> None:
         """`backend` ("gloo", "nccl") and `init_method` (a rendezvous URL) override the process
         group's defaults (Accelerate's `InitProcessGroupKwargs`); only the first instance uses them."""
-        self.__dict__ = self._shared_state
-        if self.initialized:
+        # One lookup of the shared dict: every collective builds this.
+        shared = self.__dict__ = self._shared_state
+        if _INITIALIZED_MARK in shared:
             return
         env_vars.warn_unknown_variables()
         cpu = bool(env_vars.read_flag(env_vars.USE_CPU)) or cpu  # read first: a bad value is named
@@ -136,7 +141,7 @@ class PartialState:
         self.check_collectives = check_collectives  # ranks agree on inputs before gather/broadcast/reduce
         self.timeout = resolved_timeout
         self.fork_launched = False
-        self.distributed_type = setup.distributed_type  # set last: it marks the state initialised
+        self.distributed_type = setup.distributed_type  # set last: _INITIALIZED_MARK
         from accel_state.process_group import diagnosis  # its signal and thread exist only under accel launch
 
         diagnosis.install(found.rank)
@@ -144,13 +149,13 @@ class PartialState:
     @property
     def initialized(self) -> bool:
         """Whether the shared state was built in this process (in this thread, where replicas are threads)."""
-        return "distributed_type" in self._shared_state
+        return _INITIALIZED_MARK in self._shared_state
 
     @classmethod
     def current(cls) -> PartialState | None:
         """Return this process's state if it was built, else None, without building one (which
         would set the process up)."""
-        return cls() if "distributed_type" in cls._shared_state else None
+        return cls() if _INITIALIZED_MARK in cls._shared_state else None
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         # A pickled copy unpickles as this process's shared state, not as a detached snapshot.

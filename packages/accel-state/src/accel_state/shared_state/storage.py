@@ -41,6 +41,8 @@ class SharedDict:
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.key = f"{owner.__module__}.{owner.__qualname__}"
+        self.process_dict = _process_dicts.setdefault(self.key, {})
 
     def __get__(self, instance: object, owner: type) -> dict[str, Any]:
-        return shared_dict(self.key)
+        # Read on every collective (each builds its state): the per-process dict without a call.
+        return shared_dict(self.key) if _per_thread else self.process_dict

@@ -40,9 +40,10 @@ def gather_for_metrics(
     Under a `layout` whose shards are read by several ranks (tensor parallel), each shard's rows are
     kept once: those of the first rank of its group.
     """
-    gradient_state = GradientState()
-    loader = gradient_state.active_dataloader
-    remainder = gradient_state.remainder
+    loader = GradientState().active_dataloader
+    # The loader's facts read once, as GradientState's properties read them (None has neither).
+    remainder: int = getattr(loader, "remainder", -1)
+    end_of_dataloader = bool(getattr(loader, "end_of_dataloader", False))
     tensors_only = isinstance(data, torch.Tensor) or all(
         isinstance(leaf, torch.Tensor) for leaf in leaves(data)
     )
@@ -64,8 +65,8 @@ def gather_for_metrics(
         )
         num_processes = layout.num_shards
     if num_processes == 1:
-        return cut_last_batch(gathered, loader) if gradient_state.end_of_dataloader else gathered
-    if remainder < 0 or not gradient_state.end_of_dataloader:
+        return cut_last_batch(gathered, loader) if end_of_dataloader else gathered
+    if remainder < 0 or not end_of_dataloader:
         return gathered
     if (use_gather_object or not tensors_only) and not isinstance(data, (list, tuple)):
         raise GatherForMetricsError(
